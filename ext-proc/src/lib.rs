@@ -1,0 +1,1 @@
+//! Placeholder until the ext-proc crate lands.

@@ -1,0 +1,155 @@
+//! Routing decisions and their one-line explanation.
+
+use core::fmt;
+use std::sync::Arc;
+
+use crate::ids::{ModelId, PodId, Ticket};
+
+/// Why the chosen pod was chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// `random`: uniform choice.
+    Random,
+    /// `least-request`: fewest in-flight requests.
+    LeastRequest,
+    /// `prefix-cache`: the best-matching pod within `μ + k·σ` load.
+    PrefixMatch,
+    /// `prefix-cache`: some pod matched but none passed the load filter; least-loaded instead.
+    PrefixMatchSkipped,
+    /// `prefix-cache`: no pod matched; least-loaded instead.
+    LeastRequestFallback,
+    /// A weighted multi-strategy spec: highest combined score.
+    Weighted,
+}
+
+impl Reason {
+    /// Every reason, in a stable order (the order of [`crate::ModelStats::routed_by_reason`]).
+    pub const ALL: [Reason; 6] = [
+        Reason::Random,
+        Reason::LeastRequest,
+        Reason::PrefixMatch,
+        Reason::PrefixMatchSkipped,
+        Reason::LeastRequestFallback,
+        Reason::Weighted,
+    ];
+
+    /// The label; for prefix-cache reasons it is AIBrix's `selection` label value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Reason::Random => "random",
+            Reason::LeastRequest => "least_request",
+            Reason::PrefixMatch => "prefix_match",
+            Reason::PrefixMatchSkipped => "prefix_match_skipped",
+            Reason::LeastRequestFallback => "least_request_fallback",
+            Reason::Weighted => "weighted",
+        }
+    }
+
+    /// The strategy that gives this reason.
+    pub const fn strategy_name(self) -> &'static str {
+        match self {
+            Reason::Random => "random",
+            Reason::LeastRequest => "least-request",
+            Reason::PrefixMatch | Reason::PrefixMatchSkipped | Reason::LeastRequestFallback => "prefix-cache",
+            Reason::Weighted => "weighted",
+        }
+    }
+
+    /// Whether this is one of prefix-cache's three selections.
+    pub const fn is_prefix_cache(self) -> bool {
+        matches!(self, Reason::PrefixMatch | Reason::PrefixMatchSkipped | Reason::LeastRequestFallback)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The in-flight loads the router saw over the model's ready pods, before this request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LoadSnapshot {
+    /// The chosen pod's load.
+    pub chosen: u32,
+    /// The smallest load.
+    pub min: u32,
+    /// The largest load.
+    pub max: u32,
+    /// The mean load.
+    pub mean: f64,
+    /// How many pods were ready.
+    pub ready: u32,
+}
+
+/// One routing decision. The request holds an in-flight slot on `pod` until
+/// [`crate::Router::complete`] is called with `ticket`.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// The chosen pod.
+    pub pod: PodId,
+    /// Its name (the `target-pod` response header).
+    pub pod_name: Arc<str>,
+    /// Its `ip:port` (the `target-pod` request header, `x-gateway-destination-endpoint`).
+    pub address: Arc<str>,
+    /// The model routed for.
+    pub model: ModelId,
+    /// The in-flight ticket to complete exactly once.
+    pub ticket: Ticket,
+    /// Why this pod.
+    pub reason: Reason,
+    /// Whether prefix-cache's imbalance guard (`max − min > abs_count`) fired.
+    pub imbalance: bool,
+    /// The chosen pod's match: ⌊matched × 100 / total⌋, 0 when the prompt has no complete block.
+    pub match_percent: u8,
+    /// Leading blocks of the prompt the chosen pod held.
+    pub matched_blocks: u32,
+    /// Complete blocks in the prompt.
+    pub total_blocks: u32,
+    /// Loads seen.
+    pub loads: LoadSnapshot,
+}
+
+/// Renders the decision as one ASCII line with no commas or quotes, fit for a response header
+/// (`x-kvroute-decision`) and a log line, for example
+/// `strategy=prefix-cache reason=prefix_match pod=vllm-b match=100% blocks=218/218 imbalance=0
+/// load=12 min=3 max=12 mean=5.00 ready=3 ticket=17` (on one line).
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "strategy={} reason={} pod={} match={}% blocks={}/{} imbalance={} load={} min={} max={} mean={:.2} ready={} ticket={}",
+            self.reason.strategy_name(),
+            self.reason,
+            HeaderSafe(&self.pod_name),
+            self.match_percent,
+            self.matched_blocks,
+            self.total_blocks,
+            u8::from(self.imbalance),
+            self.loads.chosen,
+            self.loads.min,
+            self.loads.max,
+            self.loads.mean,
+            self.loads.ready,
+            self.ticket,
+        )
+    }
+}
+
+/// Writes a caller-supplied name with anything outside visible ASCII replaced by `?`.
+struct HeaderSafe<'a>(&'a str);
+
+impl fmt::Display for HeaderSafe<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use fmt::Write;
+        for c in self.0.chars() {
+            f.write_char(if c.is_ascii_graphic() && c != ',' && c != '"' { c } else { '?' })?;
+        }
+        Ok(())
+    }
+}

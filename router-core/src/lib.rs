@@ -1,0 +1,84 @@
+//! # kvroute-core
+//!
+//! The routing engine of kvroute: a prefix hash index, a pod registry, in-flight tickets and
+//! the selection strategies (AIBrix v0.7.0's `random`, `least-request` and `prefix-cache`, and
+//! weighted mixes of them), as a plain data structure.
+//!
+//! ## Contract
+//! - **Deterministic.** The same [`RouterConfig`] (including its `seed`) and the same sequence
+//!   of calls give the same decisions, on every platform.
+//! - **No IO.** No sockets, files, environment, clock reads, threads, sleeps, global state or
+//!   async runtime. Time comes in as a caller-supplied monotonic [`Timestamp`] in milliseconds;
+//!   randomness from a PRNG seeded by [`RouterConfig::seed`]. `router-core/clippy.toml` and the
+//!   `no_io_dependencies` test hold this line mechanically.
+//! - **Single owner.** Every change is one `&mut self` call. Shells put the [`Router`] behind a
+//!   lock, hash prompts *outside* it with [`Router::hash_config`], and hold it only for
+//!   [`Router::route`] / [`Router::complete`].
+//! - **Timers are pulled.** [`Router::poll_timeout`] says when [`Router::handle_timeout`] has
+//!   work (index TTL, ticket TTL); the shell calls it then.
+//! - **Exactly once.** [`Router::route`] increments the chosen pod's in-flight count and issues
+//!   a [`Ticket`]; [`Router::complete`] releases it once. Double, late or unknown completions
+//!   are [`TicketError`]s, never a negative count.
+//! - **No panics on input.** Bad input is a typed error ([`RouteError`], [`RegistryError`],
+//!   [`TicketError`], [`StrategyError`], [`ConfigError`]).
+//!
+//! ## Example
+//! ```
+//! use kvroute_core::{Completion, Outcome, PodSpec, RouteRequest, Router, RouterConfig, Timestamp};
+//!
+//! let mut router = Router::new(RouterConfig { seed: 7, ..Default::default() }).unwrap();
+//! router.add_pod("llama", PodSpec { name: "vllm-a", address: "10.0.0.1:8000", ready: true }).unwrap();
+//! router.add_pod("llama", PodSpec { name: "vllm-b", address: "10.0.0.2:8000", ready: true }).unwrap();
+//!
+//! let hashes = router.hash_config().hashes("a long shared system prompt ... ".repeat(20).as_bytes());
+//! let now = Timestamp::from_millis(1_000);
+//! let first = router.route(RouteRequest::new("llama", &hashes), now).unwrap();
+//! let again = router.route(RouteRequest::new("llama", &hashes), now).unwrap();
+//! assert_eq!(first.pod, again.pod); // the prefix is indexed under the first pod
+//! assert_eq!(again.match_percent, 100);
+//! println!("{again}"); // strategy=prefix-cache reason=prefix_match pod=... match=100% ...
+//!
+//! router.complete(first.ticket, Completion::new(Outcome::Success), now).unwrap();
+//! router.complete(again.ticket, Outcome::Cancelled.into(), now).unwrap();
+//! assert!(router.complete(again.ticket, Outcome::Success.into(), now).is_err());
+//! ```
+//!
+//! ## Deliberate differences from AIBrix v0.7.0
+//! - A pod update keeps its in-flight count (AIBrix resets it).
+//! - Selection and increment are one call (AIBrix issue #2422).
+//! - The index is written for every routed prompt, whatever the strategy, and also when only
+//!   one pod is ready (AIBrix skips the router then).
+//! - Each pod's index entry expires on its own TTL (AIBrix keeps stale per-pod entries alive
+//!   while any pod refreshes the block).
+//! - Ticket TTL: a lost completion cannot pin a slot forever.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+mod config;
+mod decision;
+mod hash;
+mod ids;
+mod index;
+mod registry;
+mod router;
+mod select;
+mod stats;
+mod strategy;
+mod tickets;
+mod time;
+
+pub use config::{
+    ConfigError, RouterConfig, DEFAULT_IMBALANCE_ABS_COUNT, DEFAULT_INDEX_CAPACITY, DEFAULT_INDEX_TTL_MS,
+    DEFAULT_STDDEV_FACTOR, DEFAULT_TICKET_TTL_MS,
+};
+pub use decision::{Decision, LoadSnapshot, Reason};
+pub use hash::{BlockHash, HashConfig, HashScheme, InvalidBlockSize, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE};
+pub use ids::{ModelId, PodId, Ticket};
+pub use index::{IndexStats, PrefixIndex};
+pub use registry::{PodInfo, PodSpec, RegistryError};
+pub use router::{RouteError, RouteRequest, Router};
+pub use stats::{match_bucket, ModelStats, RouterStats, MATCH_BUCKETS};
+pub use strategy::{Strategy, StrategyError, StrategySpec, MAX_WEIGHT};
+pub use tickets::{Completion, Outcome, Released, TicketError, TicketStats, Timings};
+pub use time::Timestamp;

@@ -1,0 +1,228 @@
+//! Pods, models and in-flight counts.
+//!
+//! A pod has a name (unique), an `ip:port` address, a readiness flag and the models it serves.
+//! Its in-flight count belongs to the pod, not to an object version: updating the address or
+//! readiness keeps it (AIBrix v0.7.0 resets it on every pod update, spec §4; kvroute does not).
+
+use std::sync::Arc;
+
+use hashbrown::HashMap;
+use smallvec::SmallVec;
+
+use crate::ids::{ModelId, PodId};
+
+/// Why a registry change was rejected.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// The pod name is empty.
+    #[error("pod name is empty")]
+    EmptyPodName,
+    /// The model name is empty.
+    #[error("model name is empty")]
+    EmptyModelName,
+    /// The address is not `ip:port` with a numeric IP (what an ORIGINAL_DST cluster accepts).
+    #[error("pod address {0:?} is not ip:port")]
+    InvalidAddress(String),
+    /// The pod id was never issued, or the pod was removed.
+    #[error("unknown pod {0}")]
+    UnknownPod(PodId),
+    /// The model is not known.
+    #[error("unknown model {0:?}")]
+    UnknownModel(String),
+}
+
+/// A pod as the caller describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PodSpec<'a> {
+    /// Unique name (for example the Kubernetes pod name).
+    pub name: &'a str,
+    /// `ip:port` the proxy connects to.
+    pub address: &'a str,
+    /// Whether the pod may receive new requests.
+    pub ready: bool,
+}
+
+/// A read-only view of one pod.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodInfo {
+    /// The pod's id.
+    pub id: PodId,
+    /// Its name.
+    pub name: Arc<str>,
+    /// Its `ip:port`.
+    pub address: Arc<str>,
+    /// Whether it may receive new requests.
+    pub ready: bool,
+    /// Requests routed to it and not yet completed or expired.
+    pub in_flight: u32,
+    /// Requests routed to it since it was added.
+    pub routed: u64,
+    /// The models it serves.
+    pub models: Vec<Arc<str>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Pod {
+    pub(crate) name: Arc<str>,
+    pub(crate) address: Arc<str>,
+    pub(crate) ready: bool,
+    // invariant: a removed pod is in no model's list and not in `by_name`; its slot is kept so
+    // that ids are never reused.
+    pub(crate) removed: bool,
+    pub(crate) in_flight: u32,
+    pub(crate) routed: u64,
+    pub(crate) models: SmallVec<[ModelId; 2]>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Model {
+    pub(crate) name: Arc<str>,
+    // invariant: live pods only, each once, in the order they were attached.
+    pub(crate) pods: Vec<PodId>,
+}
+
+/// Pods and models, interned.
+#[derive(Debug)]
+pub(crate) struct Registry {
+    pub(crate) pods: Vec<Pod>,
+    pub(crate) models: Vec<Model>,
+    pod_by_name: HashMap<Arc<str>, PodId, ahash::RandomState>,
+    model_by_name: HashMap<Arc<str>, ModelId, ahash::RandomState>,
+}
+
+fn valid_address(addr: &str) -> bool {
+    addr.parse::<core::net::SocketAddr>().is_ok()
+}
+
+impl Registry {
+    pub(crate) fn new(hasher_seed: u64) -> Self {
+        let k = |i: u64| crate::hash::mix64(hasher_seed.wrapping_add(i));
+        Registry {
+            pods: Vec::new(),
+            models: Vec::new(),
+            pod_by_name: HashMap::with_hasher(ahash::RandomState::with_seeds(k(11), k(12), k(13), k(14))),
+            model_by_name: HashMap::with_hasher(ahash::RandomState::with_seeds(k(21), k(22), k(23), k(24))),
+        }
+    }
+
+    pub(crate) fn pod(&self, id: PodId) -> Result<&Pod, RegistryError> {
+        match self.pods.get(id.index()) {
+            Some(p) if !p.removed => Ok(p),
+            _ => Err(RegistryError::UnknownPod(id)),
+        }
+    }
+
+    pub(crate) fn pod_mut(&mut self, id: PodId) -> Result<&mut Pod, RegistryError> {
+        match self.pods.get_mut(id.index()) {
+            Some(p) if !p.removed => Ok(p),
+            _ => Err(RegistryError::UnknownPod(id)),
+        }
+    }
+
+    pub(crate) fn pod_id(&self, name: &str) -> Option<PodId> {
+        self.pod_by_name.get(name).copied()
+    }
+
+    pub(crate) fn model_id(&self, name: &str) -> Option<ModelId> {
+        self.model_by_name.get(name).copied()
+    }
+
+    /// Creates the pod, or updates its address and readiness (keeping its in-flight count).
+    pub(crate) fn upsert_pod(&mut self, spec: PodSpec<'_>) -> Result<PodId, RegistryError> {
+        if spec.name.is_empty() {
+            return Err(RegistryError::EmptyPodName);
+        }
+        if !valid_address(spec.address) {
+            return Err(RegistryError::InvalidAddress(spec.address.to_owned()));
+        }
+        if let Some(id) = self.pod_id(spec.name) {
+            let pod = &mut self.pods[id.index()];
+            if &*pod.address != spec.address {
+                pod.address = Arc::from(spec.address);
+            }
+            pod.ready = spec.ready;
+            return Ok(id);
+        }
+        let id = PodId(u32::try_from(self.pods.len()).unwrap_or(u32::MAX));
+        let name: Arc<str> = Arc::from(spec.name);
+        self.pods.push(Pod {
+            name: name.clone(),
+            address: Arc::from(spec.address),
+            ready: spec.ready,
+            removed: false,
+            in_flight: 0,
+            routed: 0,
+            models: SmallVec::new(),
+        });
+        self.pod_by_name.insert(name, id);
+        Ok(id)
+    }
+
+    pub(crate) fn intern_model(&mut self, name: &str) -> Result<ModelId, RegistryError> {
+        if name.is_empty() {
+            return Err(RegistryError::EmptyModelName);
+        }
+        if let Some(id) = self.model_id(name) {
+            return Ok(id);
+        }
+        let id = ModelId(self.models.len() as u32);
+        let name: Arc<str> = Arc::from(name);
+        self.models.push(Model { name: name.clone(), pods: Vec::new() });
+        self.model_by_name.insert(name, id);
+        Ok(id)
+    }
+
+    pub(crate) fn attach(&mut self, model: ModelId, pod: PodId) -> Result<(), RegistryError> {
+        let p = self.pod_mut(pod)?;
+        if !p.models.contains(&model) {
+            p.models.push(model);
+            self.models[model.index()].pods.push(pod);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn detach(&mut self, model: ModelId, pod: PodId) -> Result<(), RegistryError> {
+        let p = self.pod_mut(pod)?;
+        p.models.retain(|m| *m != model);
+        self.models[model.index()].pods.retain(|x| *x != pod);
+        Ok(())
+    }
+
+    /// Marks the pod removed; its slot stays so the id is never reused.
+    pub(crate) fn remove_pod(&mut self, pod: PodId) -> Result<(), RegistryError> {
+        let p = self.pod_mut(pod)?;
+        p.removed = true;
+        p.ready = false;
+        p.in_flight = 0;
+        let models = std::mem::take(&mut p.models);
+        let name = p.name.clone();
+        for m in models {
+            self.models[m.index()].pods.retain(|x| *x != pod);
+        }
+        self.pod_by_name.remove(&name);
+        Ok(())
+    }
+
+    pub(crate) fn info(&self, id: PodId) -> Option<PodInfo> {
+        let p = self.pod(id).ok()?;
+        Some(PodInfo {
+            id,
+            name: p.name.clone(),
+            address: p.address.clone(),
+            ready: p.ready,
+            in_flight: p.in_flight,
+            routed: p.routed,
+            models: p.models.iter().map(|m| self.models[m.index()].name.clone()).collect(),
+        })
+    }
+
+    pub(crate) fn live_pods(&self) -> impl Iterator<Item = PodId> + '_ {
+        self.pods.iter().enumerate().filter(|(_, p)| !p.removed).map(|(i, _)| PodId(i as u32))
+    }
+
+    /// Σ in-flight over live pods.
+    pub(crate) fn total_in_flight(&self) -> u64 {
+        self.pods.iter().filter(|p| !p.removed).map(|p| u64::from(p.in_flight)).sum()
+    }
+}

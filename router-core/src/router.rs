@@ -1,0 +1,385 @@
+//! The router façade: one owner, `&mut self` for every change, no IO.
+
+use crate::config::{ConfigError, RouterConfig};
+use crate::decision::{Decision, LoadSnapshot, Reason};
+use crate::hash::{BlockHash, HashConfig};
+use crate::ids::{ModelId, PodId, Ticket};
+use crate::index::PrefixIndex;
+use crate::registry::{PodInfo, PodSpec, Registry, RegistryError};
+use crate::select::{self, Candidate, PrefixCacheParams};
+use crate::stats::{match_bucket, ModelStats, RouterStats};
+use crate::strategy::{Strategy, StrategySpec};
+use crate::tickets::{Completion, Outcome, Released, TicketError, TicketTable};
+use crate::time::Timestamp;
+
+/// One request to route.
+#[derive(Clone, Copy, Debug)]
+pub struct RouteRequest<'a> {
+    /// The model name from the request body.
+    pub model: &'a str,
+    /// The strategy the request asked for; `None` uses the configured default.
+    pub strategy: Option<&'a StrategySpec>,
+    /// The prompt's block hashes, from [`Router::hash_config`] (computed outside any lock).
+    /// Empty for requests without a prompt.
+    pub hashes: &'a [BlockHash],
+}
+
+impl<'a> RouteRequest<'a> {
+    /// A request for `model` with these hashes and the default strategy.
+    pub fn new(model: &'a str, hashes: &'a [BlockHash]) -> Self {
+        RouteRequest { model, strategy: None, hashes }
+    }
+
+    /// The same request with an explicit strategy.
+    pub fn with_strategy(self, strategy: &'a StrategySpec) -> Self {
+        RouteRequest { strategy: Some(strategy), ..self }
+    }
+}
+
+/// Why a request could not be routed. The Envoy service maps both to AIBrix's responses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// No pod serves this model (AIBrix: 400 `model_not_found`).
+    #[error("model does not exist")]
+    UnknownModel,
+    /// The model is known but none of its pods is ready (AIBrix: 503).
+    #[error("no ready pod for model")]
+    NoReadyPod,
+}
+
+#[derive(Debug, Default)]
+struct Scratch {
+    cands: Vec<Candidate>,
+    pods: Vec<PodId>,
+    matched: Vec<u32>,
+    order: Vec<usize>,
+    totals: Vec<f64>,
+}
+
+/// The routing state machine. See the crate docs for the contract.
+#[derive(Debug)]
+pub struct Router {
+    config: RouterConfig,
+    hash: HashConfig,
+    registry: Registry,
+    index: PrefixIndex,
+    tickets: TicketTable,
+    rng: fastrand::Rng,
+    // invariant: one entry per registry model, same order.
+    model_stats: Vec<ModelStats>,
+    unknown_model: u64,
+    // invariant: the latest time passed in; every call uses max(now, latest).
+    latest: Timestamp,
+    scratch: Scratch,
+}
+
+impl Router {
+    /// A router with no pods. Fails if the configuration is invalid.
+    pub fn new(config: RouterConfig) -> Result<Router, ConfigError> {
+        config.validate()?;
+        let hash = config.hash_config()?;
+        let seed = config.seed;
+        Ok(Router {
+            hash,
+            registry: Registry::new(seed),
+            index: PrefixIndex::new(config.index_capacity, config.index_ttl_ms, seed),
+            tickets: TicketTable::default(),
+            rng: fastrand::Rng::with_seed(crate::hash::mix64(seed ^ 0x726e_67)),
+            model_stats: Vec::new(),
+            unknown_model: 0,
+            latest: Timestamp::ZERO,
+            scratch: Scratch::default(),
+            config,
+        })
+    }
+
+    /// Applies a new configuration without losing pods, in-flight counts or open tickets. The
+    /// index is kept unless the hashing (block size or hash seed) changed, in which case its
+    /// hashes mean nothing any more and it is cleared; a smaller capacity evicts the oldest
+    /// blocks. The PRNG is not reseeded.
+    pub fn reconfigure(&mut self, config: RouterConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        let hash = config.hash_config()?;
+        if hash != self.hash {
+            self.index.clear();
+            self.hash = hash;
+        }
+        self.index.set_limits(config.index_capacity, config.index_ttl_ms);
+        self.config = config;
+        Ok(())
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
+    }
+
+    /// What callers need to hash prompts outside the router's lock.
+    pub fn hash_config(&self) -> HashConfig {
+        self.hash
+    }
+
+    fn clock(&mut self, now: Timestamp) -> Timestamp {
+        self.latest = self.latest.max(now);
+        self.latest
+    }
+
+    // ----- pods and models -----
+
+    /// Adds the pod (or updates it, keeping its in-flight count) and makes it serve `model`.
+    pub fn add_pod(&mut self, model: &str, spec: PodSpec<'_>) -> Result<PodId, RegistryError> {
+        if model.is_empty() {
+            return Err(RegistryError::EmptyModelName);
+        }
+        let pod = self.registry.upsert_pod(spec)?;
+        let m = self.intern_model(model)?;
+        self.registry.attach(m, pod)?;
+        Ok(pod)
+    }
+
+    /// Adds the pod or updates its address and readiness, keeping its in-flight count and
+    /// models.
+    pub fn upsert_pod(&mut self, spec: PodSpec<'_>) -> Result<PodId, RegistryError> {
+        self.registry.upsert_pod(spec)
+    }
+
+    /// Sets whether the pod may receive new requests. Its in-flight count is kept.
+    pub fn set_pod_ready(&mut self, pod: PodId, ready: bool) -> Result<(), RegistryError> {
+        self.registry.pod_mut(pod)?.ready = ready;
+        Ok(())
+    }
+
+    /// Stops `pod` from serving `model` and forgets its index entries for that model.
+    pub fn detach_pod(&mut self, model: &str, pod: PodId) -> Result<(), RegistryError> {
+        let m = self.registry.model_id(model).ok_or_else(|| RegistryError::UnknownModel(model.to_owned()))?;
+        self.registry.detach(m, pod)?;
+        self.index.purge_pod(pod, Some(m));
+        Ok(())
+    }
+
+    /// Removes the pod: it gets no new requests, its index entries are purged, and its open
+    /// tickets become orphans (completing them is accepted and decrements nothing). Costs a
+    /// walk of the index.
+    pub fn remove_pod(&mut self, pod: PodId) -> Result<(), RegistryError> {
+        self.registry.remove_pod(pod)?;
+        self.index.purge_pod(pod, None);
+        Ok(())
+    }
+
+    /// The id of the live pod with this name.
+    pub fn pod_id(&self, name: &str) -> Option<PodId> {
+        self.registry.pod_id(name)
+    }
+
+    /// A live pod.
+    pub fn pod(&self, pod: PodId) -> Option<PodInfo> {
+        self.registry.info(pod)
+    }
+
+    /// Every live pod, in the order they were added.
+    pub fn pods(&self) -> Vec<PodInfo> {
+        self.registry.live_pods().filter_map(|p| self.registry.info(p)).collect()
+    }
+
+    /// The live pods serving `model`, ready or not.
+    pub fn model_pods(&self, model: &str) -> Vec<PodId> {
+        self.registry.model_id(model).map(|m| self.registry.models[m.index()].pods.clone()).unwrap_or_default()
+    }
+
+    /// The pod's in-flight count.
+    pub fn in_flight(&self, pod: PodId) -> Option<u32> {
+        self.registry.pod(pod).ok().map(|p| p.in_flight)
+    }
+
+    fn intern_model(&mut self, model: &str) -> Result<ModelId, RegistryError> {
+        let m = self.registry.intern_model(model)?;
+        if m.index() == self.model_stats.len() {
+            self.model_stats.push(ModelStats::new(self.registry.models[m.index()].name.clone()));
+        }
+        Ok(m)
+    }
+
+    // ----- routing -----
+
+    /// Picks a pod for the request and commits the choice in the same call: the pod's
+    /// in-flight count goes up, the prompt's blocks are written to the index under it, and a
+    /// ticket is issued. There is no window between reading loads and incrementing one
+    /// (AIBrix issue #2422).
+    ///
+    /// The index is written whatever the strategy (AIBrix writes it only for prefix-cache), so
+    /// it reflects every prompt an engine was sent. It is also written when only one pod is
+    /// ready (AIBrix bypasses the router then).
+    pub fn route(&mut self, req: RouteRequest<'_>, now: Timestamp) -> Result<Decision, RouteError> {
+        let now = self.clock(now);
+        let Some(model) = self.registry.model_id(req.model) else {
+            self.unknown_model += 1;
+            return Err(RouteError::UnknownModel);
+        };
+        let s = &mut self.scratch;
+        s.cands.clear();
+        s.pods.clear();
+        for &pod in &self.registry.models[model.index()].pods {
+            let p = &self.registry.pods[pod.index()];
+            if p.ready {
+                s.cands.push(Candidate { pod, load: p.in_flight, matched: 0 });
+                s.pods.push(pod);
+            }
+        }
+        if s.cands.is_empty() {
+            self.model_stats[model.index()].no_ready_pod += 1;
+            return Err(RouteError::NoReadyPod);
+        }
+        self.index.longest_matches(model, req.hashes, &s.pods, now, &mut s.matched);
+        for (c, &m) in s.cands.iter_mut().zip(&s.matched) {
+            c.matched = m;
+        }
+        let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
+        let spec = req.strategy.unwrap_or(&self.config.default_strategy);
+        let (index, reason, imbalance) = match spec.as_single() {
+            Some(Strategy::Random) => (select::random(&s.cands, &mut self.rng), Reason::Random, false),
+            Some(Strategy::LeastRequest) => (select::least_loaded(&s.cands, &mut self.rng), Reason::LeastRequest, false),
+            Some(Strategy::PrefixCache) => {
+                let params = PrefixCacheParams {
+                    imbalance_abs_count: self.config.imbalance_abs_count,
+                    stddev_factor: self.config.stddev_factor,
+                };
+                let p = select::prefix_cache(&s.cands, total_blocks, params, &mut self.rng, &mut s.order);
+                (p.index, p.reason, p.imbalance)
+            }
+            None => {
+                let i = select::weighted(&s.cands, spec, total_blocks, &mut self.rng, &mut s.totals, &mut s.order);
+                (i, Reason::Weighted, false)
+            }
+        };
+        let chosen = s.cands[index];
+        let loads = LoadSnapshot {
+            chosen: chosen.load,
+            min: s.cands.iter().map(|c| c.load).min().unwrap_or(0),
+            max: s.cands.iter().map(|c| c.load).max().unwrap_or(0),
+            mean: select::mean_and_sample_stddev(&s.cands).0,
+            ready: s.cands.len() as u32,
+        };
+
+        self.index.insert(model, chosen.pod, req.hashes, now);
+        let pod = &mut self.registry.pods[chosen.pod.index()];
+        pod.in_flight += 1;
+        pod.routed += 1;
+        let ticket = self.tickets.issue(chosen.pod, model, now);
+
+        let match_percent = select::match_percent(chosen.matched, total_blocks);
+        let stats = &mut self.model_stats[model.index()];
+        stats.routed_by_reason[reason.index()] += 1;
+        if reason.is_prefix_cache() {
+            stats.decisions_by_bucket[match_bucket(match_percent)] += 1;
+        }
+        if imbalance {
+            stats.imbalance_events += 1;
+        }
+        Ok(Decision {
+            pod: chosen.pod,
+            pod_name: pod.name.clone(),
+            address: pod.address.clone(),
+            model,
+            ticket,
+            reason,
+            imbalance,
+            match_percent,
+            matched_blocks: chosen.matched,
+            total_blocks,
+            loads,
+        })
+    }
+
+    /// Releases the ticket's in-flight slot, exactly once. A second completion, or one for a
+    /// ticket that expired or was never issued, is an error and changes nothing.
+    pub fn complete(&mut self, ticket: Ticket, completion: Completion, now: Timestamp) -> Result<Released, TicketError> {
+        let now = self.clock(now);
+        let open = self.tickets.take(ticket)?;
+        self.tickets.stats.completed[outcome_index(completion.outcome)] += 1;
+        Ok(self.release(open.pod, open.model, open.issued, now))
+    }
+
+    fn release(&mut self, pod: PodId, model: ModelId, issued: Timestamp, now: Timestamp) -> Released {
+        let orphaned = match self.registry.pod_mut(pod) {
+            Ok(p) => {
+                debug_assert!(p.in_flight > 0, "in-flight underflow on {pod}");
+                p.in_flight = p.in_flight.saturating_sub(1);
+                false
+            }
+            Err(_) => {
+                self.tickets.stats.orphaned += 1;
+                true
+            }
+        };
+        Released { pod, model, orphaned, age_ms: now.millis_since(issued) }
+    }
+
+    // ----- timers -----
+
+    /// Does the time-driven work due at `now`: drops index blocks past their TTL and expires
+    /// tickets older than the ticket TTL (releasing their slots). Call it at
+    /// [`Router::poll_timeout`].
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let now = self.clock(now);
+        self.index.expire(now);
+        while let Some(t) = self.tickets.pop_expired(now, self.config.ticket_ttl_ms) {
+            self.release(t.pod, t.model, t.issued, now);
+        }
+    }
+
+    /// When [`Router::handle_timeout`] next has work, if ever. It can move earlier after
+    /// [`Router::route`] and later after [`Router::complete`], [`Router::handle_timeout`],
+    /// [`Router::remove_pod`] and [`Router::reconfigure`]; shells re-read it after each.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        let index = self.index.next_expiry();
+        let tickets = self.tickets.next_expiry(self.config.ticket_ttl_ms);
+        match (index, tickets) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    // ----- observation -----
+
+    /// A snapshot of every counter.
+    pub fn stats(&self) -> RouterStats {
+        RouterStats {
+            models: self.model_stats.clone(),
+            pods: self.pods(),
+            index: self.index.stats(),
+            tickets: crate::tickets::TicketStats { open: self.tickets.open_count() as u64, ..self.tickets.stats },
+            unknown_model: self.unknown_model,
+        }
+    }
+
+    /// Open tickets.
+    pub fn open_tickets(&self) -> usize {
+        self.tickets.open_count()
+    }
+
+    /// The prefix index, read-only (for inspection and benchmarks).
+    pub fn index(&self) -> &PrefixIndex {
+        &self.index
+    }
+
+    /// Checks cross-structure invariants: Σ in-flight over live pods equals the open tickets of
+    /// live pods, and the index is consistent. For tests.
+    #[doc(hidden)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let live_open = self.tickets.open_tickets().filter(|(_, t)| self.registry.pod(t.pod).is_ok()).count() as u64;
+        let in_flight = self.registry.total_in_flight();
+        if live_open != in_flight {
+            return Err(format!("open tickets on live pods {live_open} != in-flight sum {in_flight}"));
+        }
+        self.index.check_invariants()
+    }
+}
+
+fn outcome_index(o: Outcome) -> usize {
+    match o {
+        Outcome::Success => 0,
+        Outcome::Cancelled => 1,
+        Outcome::Failed => 2,
+    }
+}

@@ -1,0 +1,8 @@
+//! `random`: uniform over the ready pods (spec §2.4).
+
+use super::Candidate;
+
+/// The index of a uniformly chosen candidate. `cands` must not be empty.
+pub(crate) fn random(cands: &[Candidate], rng: &mut fastrand::Rng) -> usize {
+    rng.usize(..cands.len())
+}

@@ -1,0 +1,169 @@
+//! In-flight tickets: one per routed request, released exactly once (spec §4, fixed).
+//!
+//! Tickets are numbered in issue order and the router's clock never goes back, so the map
+//! ordered by ticket is also ordered by issue time: the oldest open ticket is the first key,
+//! which makes expiry and [`TicketTable::next_expiry`] O(log n).
+
+use std::collections::BTreeMap;
+
+use crate::ids::{ModelId, PodId, Ticket};
+use crate::time::Timestamp;
+
+/// How a request ended, as the shell saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// The response finished normally.
+    Success,
+    /// The client went away or the stream was reset before the response finished.
+    Cancelled,
+    /// The upstream answered with an error or could not be reached.
+    Failed,
+}
+
+impl Outcome {
+    /// Every outcome, in a stable order.
+    pub const ALL: [Outcome; 3] = [Outcome::Success, Outcome::Cancelled, Outcome::Failed];
+
+    /// A label for metrics and logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Failed => "failed",
+        }
+    }
+}
+
+/// Timings the shell observed for a finished request. Every field is optional; strategies that
+/// learn from completions use what is there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Time from routing to the first response byte (or first token), ms.
+    pub first_token_ms: Option<u64>,
+    /// Time from routing to the end of the response, ms.
+    pub total_ms: Option<u64>,
+    /// Tokens generated.
+    pub output_tokens: Option<u32>,
+    /// Prompt tokens the engine served from its prefix cache, when it reports them.
+    pub cached_tokens: Option<u32>,
+}
+
+/// A completion report: the outcome plus whatever timings are known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Completion {
+    /// How the request ended.
+    pub outcome: Outcome,
+    /// What was observed.
+    pub timings: Timings,
+}
+
+impl Completion {
+    /// A completion with this outcome and no timings.
+    pub const fn new(outcome: Outcome) -> Self {
+        Completion { outcome, timings: Timings { first_token_ms: None, total_ms: None, output_tokens: None, cached_tokens: None } }
+    }
+}
+
+impl From<Outcome> for Completion {
+    fn from(o: Outcome) -> Self {
+        Completion::new(o)
+    }
+}
+
+/// Why a completion was rejected. Nothing is decremented in either case.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TicketError {
+    /// The router never issued this ticket.
+    #[error("ticket {0} was never issued")]
+    NeverIssued(Ticket),
+    /// The ticket was already completed, or expired.
+    #[error("ticket {0} is not open (already completed or expired)")]
+    NotOpen(Ticket),
+}
+
+/// What a completion released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Released {
+    /// The pod the request was routed to.
+    pub pod: PodId,
+    /// The model it was routed for.
+    pub model: ModelId,
+    /// Whether the pod had been removed meanwhile (nothing left to decrement).
+    pub orphaned: bool,
+    /// Milliseconds from routing to completion.
+    pub age_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OpenTicket {
+    pub(crate) pod: PodId,
+    pub(crate) model: ModelId,
+    pub(crate) issued: Timestamp,
+}
+
+/// Counters of the ticket table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TicketStats {
+    /// Tickets open now.
+    pub open: u64,
+    /// Tickets issued.
+    pub issued: u64,
+    /// Completions accepted, by [`Outcome`] in [`Outcome::ALL`] order.
+    pub completed: [u64; 3],
+    /// Tickets released by the TTL because no completion came.
+    pub expired: u64,
+    /// Completions of tickets whose pod had been removed.
+    pub orphaned: u64,
+    /// Completions rejected (unknown, double or late).
+    pub rejected: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct TicketTable {
+    open: BTreeMap<u64, OpenTicket>,
+    next: u64,
+    pub(crate) stats: TicketStats,
+}
+
+impl TicketTable {
+    pub(crate) fn issue(&mut self, pod: PodId, model: ModelId, now: Timestamp) -> Ticket {
+        let t = self.next;
+        self.next += 1;
+        self.open.insert(t, OpenTicket { pod, model, issued: now });
+        self.stats.issued += 1;
+        Ticket(t)
+    }
+
+    pub(crate) fn take(&mut self, ticket: Ticket) -> Result<OpenTicket, TicketError> {
+        match self.open.remove(&ticket.0) {
+            Some(t) => Ok(t),
+            None => {
+                self.stats.rejected += 1;
+                Err(if ticket.0 >= self.next { TicketError::NeverIssued(ticket) } else { TicketError::NotOpen(ticket) })
+            }
+        }
+    }
+
+    /// Removes and returns the oldest open ticket if it was issued `ttl_ms` or more before `now`.
+    pub(crate) fn pop_expired(&mut self, now: Timestamp, ttl_ms: u64) -> Option<OpenTicket> {
+        let (_, first) = self.open.first_key_value()?;
+        if now.millis_since(first.issued) < ttl_ms {
+            return None;
+        }
+        self.stats.expired += 1;
+        self.open.pop_first().map(|(_, t)| t)
+    }
+
+    pub(crate) fn next_expiry(&self, ttl_ms: u64) -> Option<Timestamp> {
+        self.open.first_key_value().map(|(_, t)| t.issued.add_millis(ttl_ms))
+    }
+
+    pub(crate) fn open_count(&self) -> usize {
+        self.open.len()
+    }
+
+    pub(crate) fn open_tickets(&self) -> impl Iterator<Item = (Ticket, &OpenTicket)> {
+        self.open.iter().map(|(k, v)| (Ticket(*k), v))
+    }
+}
