@@ -105,7 +105,9 @@ impl RouterConfig {
 
     /// The hashing parameters this configuration implies.
     pub fn hash_config(&self) -> Result<HashConfig, ConfigError> {
-        let seed = self.hash_seed.unwrap_or_else(|| mix64(self.seed ^ 0x6b76_726f_7574_6531));
+        let seed = self
+            .hash_seed
+            .unwrap_or_else(|| mix64(self.seed ^ 0x6b76_726f_7574_6531));
         Ok(HashConfig::new(self.block_size, seed)?)
     }
 }
@@ -126,10 +128,23 @@ mod tests {
 
     #[test]
     fn hash_seed_is_derived_unless_fixed() {
-        let a = RouterConfig { seed: 1, ..Default::default() };
-        let b = RouterConfig { seed: 2, ..Default::default() };
-        assert_ne!(a.hash_config().unwrap().seed(), b.hash_config().unwrap().seed());
-        let fixed = |seed| RouterConfig { seed, hash_seed: Some(9), ..Default::default() };
+        let a = RouterConfig {
+            seed: 1,
+            ..Default::default()
+        };
+        let b = RouterConfig {
+            seed: 2,
+            ..Default::default()
+        };
+        assert_ne!(
+            a.hash_config().unwrap().seed(),
+            b.hash_config().unwrap().seed()
+        );
+        let fixed = |seed| RouterConfig {
+            seed,
+            hash_seed: Some(9),
+            ..Default::default()
+        };
         assert_eq!(fixed(1).hash_config().unwrap().seed(), 9);
         assert_eq!(fixed(2).hash_config().unwrap().seed(), 9);
     }
@@ -137,10 +152,40 @@ mod tests {
     #[test]
     fn bad_values_are_rejected() {
         let bad = |c: RouterConfig| c.validate().unwrap_err();
-        assert!(matches!(bad(RouterConfig { block_size: 0, ..Default::default() }), ConfigError::BlockSize(_)));
-        assert_eq!(bad(RouterConfig { index_capacity: 0, ..Default::default() }), ConfigError::ZeroIndexCapacity);
-        assert!(matches!(bad(RouterConfig { ticket_ttl_ms: 0, ..Default::default() }), ConfigError::ZeroTtl(_)));
-        assert!(matches!(bad(RouterConfig { stddev_factor: -1.0, ..Default::default() }), ConfigError::InvalidStddevFactor(_)));
-        assert!(matches!(bad(RouterConfig { stddev_factor: f64::NAN, ..Default::default() }), ConfigError::InvalidStddevFactor(_)));
+        assert!(matches!(
+            bad(RouterConfig {
+                block_size: 0,
+                ..Default::default()
+            }),
+            ConfigError::BlockSize(_)
+        ));
+        assert_eq!(
+            bad(RouterConfig {
+                index_capacity: 0,
+                ..Default::default()
+            }),
+            ConfigError::ZeroIndexCapacity
+        );
+        assert!(matches!(
+            bad(RouterConfig {
+                ticket_ttl_ms: 0,
+                ..Default::default()
+            }),
+            ConfigError::ZeroTtl(_)
+        ));
+        assert!(matches!(
+            bad(RouterConfig {
+                stddev_factor: -1.0,
+                ..Default::default()
+            }),
+            ConfigError::InvalidStddevFactor(_)
+        ));
+        assert!(matches!(
+            bad(RouterConfig {
+                stddev_factor: f64::NAN,
+                ..Default::default()
+            }),
+            ConfigError::InvalidStddevFactor(_)
+        ));
     }
 }

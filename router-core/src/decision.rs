@@ -50,14 +50,19 @@ impl Reason {
         match self {
             Reason::Random => "random",
             Reason::LeastRequest => "least-request",
-            Reason::PrefixMatch | Reason::PrefixMatchSkipped | Reason::LeastRequestFallback => "prefix-cache",
+            Reason::PrefixMatch | Reason::PrefixMatchSkipped | Reason::LeastRequestFallback => {
+                "prefix-cache"
+            }
             Reason::Weighted => "weighted",
         }
     }
 
     /// Whether this is one of prefix-cache's three selections.
     pub const fn is_prefix_cache(self) -> bool {
-        matches!(self, Reason::PrefixMatch | Reason::PrefixMatchSkipped | Reason::LeastRequestFallback)
+        matches!(
+            self,
+            Reason::PrefixMatch | Reason::PrefixMatchSkipped | Reason::LeastRequestFallback
+        )
     }
 
     pub(crate) fn index(self) -> usize {
@@ -148,7 +153,11 @@ impl fmt::Display for HeaderSafe<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         use fmt::Write;
         for c in self.0.chars() {
-            f.write_char(if c.is_ascii_graphic() && c != ',' && c != '"' { c } else { '?' })?;
+            f.write_char(if c.is_ascii_graphic() && c != ',' && c != '"' {
+                c
+            } else {
+                '?'
+            })?;
         }
         Ok(())
     }

@@ -132,7 +132,10 @@ mod tests {
         let cfg = HashConfig::new(4, 1).unwrap();
         let a = cfg.hashes(b"aaaabbbb");
         let b = cfg.hashes(b"ccccbbbb");
-        assert_ne!(a[1], b[1], "same block after different prefixes must differ");
+        assert_ne!(
+            a[1], b[1],
+            "same block after different prefixes must differ"
+        );
         assert_eq!(cfg.hashes(b"aaaabbbbcc")[..2], a[..]);
     }
 

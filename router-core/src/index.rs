@@ -40,7 +40,11 @@ struct Entry {
 
 impl Entry {
     fn last_written(&self) -> Timestamp {
-        self.holders.iter().map(|h| h.written).max().unwrap_or(Timestamp::ZERO)
+        self.holders
+            .iter()
+            .map(|h| h.written)
+            .max()
+            .unwrap_or(Timestamp::ZERO)
     }
 }
 
@@ -111,7 +115,11 @@ impl PrefixIndex {
 
     /// Counters.
     pub fn stats(&self) -> IndexStats {
-        IndexStats { blocks: self.live as u64, capacity: self.capacity as u64, ..self.stats }
+        IndexStats {
+            blocks: self.live as u64,
+            capacity: self.capacity as u64,
+            ..self.stats
+        }
     }
 
     /// Changes the capacity (evicting the oldest blocks if it shrinks) and the TTL.
@@ -131,7 +139,9 @@ impl PrefixIndex {
     fn find(&self, hash: BlockHash) -> Option<u32> {
         let entries = &self.entries;
         self.table
-            .find(self.hasher.hash_one(hash.0), |&slot| entries[slot as usize].hash == hash.0)
+            .find(self.hasher.hash_one(hash.0), |&slot| {
+                entries[slot as usize].hash == hash.0
+            })
             .copied()
     }
 
@@ -167,7 +177,9 @@ impl PrefixIndex {
                 if h.model != model || !self.fresh(h, now) {
                     continue;
                 }
-                let Some(&pos) = self.position.get(h.pod.index()) else { continue };
+                let Some(&pos) = self.position.get(h.pod.index()) else {
+                    continue;
+                };
                 if pos != NIL && out[pos as usize] == depth as u32 {
                     out[pos as usize] = depth as u32 + 1;
                     extended += 1;
@@ -183,7 +195,13 @@ impl PrefixIndex {
     }
 
     /// The number of leading blocks of `hashes` that `pod` holds for `model`.
-    pub fn matched_blocks(&mut self, model: ModelId, pod: PodId, hashes: &[BlockHash], now: Timestamp) -> u32 {
+    pub fn matched_blocks(
+        &mut self,
+        model: ModelId,
+        pod: PodId,
+        hashes: &[BlockHash],
+        now: Timestamp,
+    ) -> u32 {
         let mut out = Vec::with_capacity(1);
         self.longest_matches(model, hashes, &[pod], now, &mut out);
         out[0]
@@ -197,10 +215,19 @@ impl PrefixIndex {
                 Some(slot) => {
                     let ttl = self.ttl_ms;
                     let holders = &mut self.entries[slot as usize].holders;
-                    holders.retain(|h| now.millis_since(h.written) < ttl || (h.model == model && h.pod == pod));
-                    match holders.iter_mut().find(|h| h.model == model && h.pod == pod) {
+                    holders.retain(|h| {
+                        now.millis_since(h.written) < ttl || (h.model == model && h.pod == pod)
+                    });
+                    match holders
+                        .iter_mut()
+                        .find(|h| h.model == model && h.pod == pod)
+                    {
                         Some(h) => h.written = now,
-                        None => holders.push(Holder { model, pod, written: now }),
+                        None => holders.push(Holder {
+                            model,
+                            pod,
+                            written: now,
+                        }),
                     }
                     self.unlink(slot);
                     self.push_head(slot);
@@ -210,12 +237,20 @@ impl PrefixIndex {
                         self.remove_slot(self.tail);
                         self.stats.evicted += 1;
                     }
-                    let slot = self.alloc(hash.0, Holder { model, pod, written: now });
+                    let slot = self.alloc(
+                        hash.0,
+                        Holder {
+                            model,
+                            pod,
+                            written: now,
+                        },
+                    );
                     let hasher = &self.hasher;
                     let entries = &self.entries;
-                    self.table.insert_unique(hasher.hash_one(hash.0), slot, |&s| {
-                        hasher.hash_one(entries[s as usize].hash)
-                    });
+                    self.table
+                        .insert_unique(hasher.hash_one(hash.0), slot, |&s| {
+                            hasher.hash_one(entries[s as usize].hash)
+                        });
                     self.push_head(slot);
                     self.live += 1;
                     self.stats.inserted += 1;
@@ -238,7 +273,11 @@ impl PrefixIndex {
 
     /// When [`PrefixIndex::expire`] next has work to do, if ever.
     pub fn next_expiry(&self) -> Option<Timestamp> {
-        (self.tail != NIL).then(|| self.entries[self.tail as usize].last_written().add_millis(self.ttl_ms))
+        (self.tail != NIL).then(|| {
+            self.entries[self.tail as usize]
+                .last_written()
+                .add_millis(self.ttl_ms)
+        })
     }
 
     /// Removes `pod` from every block (for every model, or only for `model`); blocks left
@@ -270,7 +309,12 @@ impl PrefixIndex {
     fn alloc(&mut self, hash: u64, holder: Holder) -> u32 {
         let mut holders = SmallVec::new();
         holders.push(holder);
-        let entry = Entry { hash, prev: NIL, next: NIL, holders };
+        let entry = Entry {
+            hash,
+            prev: NIL,
+            next: NIL,
+            holders,
+        };
         if let Some(slot) = self.free.pop() {
             self.entries[slot as usize] = entry;
             return slot;
@@ -288,7 +332,10 @@ impl PrefixIndex {
         debug_assert!(slot != NIL);
         self.unlink(slot);
         let hash = self.entries[slot as usize].hash;
-        match self.table.find_entry(self.hasher.hash_one(hash), |&s| s == slot) {
+        match self
+            .table
+            .find_entry(self.hasher.hash_one(hash), |&s| s == slot)
+        {
             Ok(e) => {
                 e.remove();
             }

@@ -69,11 +69,13 @@ mod tickets;
 mod time;
 
 pub use config::{
-    ConfigError, RouterConfig, DEFAULT_IMBALANCE_ABS_COUNT, DEFAULT_INDEX_CAPACITY, DEFAULT_INDEX_TTL_MS,
-    DEFAULT_STDDEV_FACTOR, DEFAULT_TICKET_TTL_MS,
+    ConfigError, RouterConfig, DEFAULT_IMBALANCE_ABS_COUNT, DEFAULT_INDEX_CAPACITY,
+    DEFAULT_INDEX_TTL_MS, DEFAULT_STDDEV_FACTOR, DEFAULT_TICKET_TTL_MS,
 };
 pub use decision::{Decision, LoadSnapshot, Reason};
-pub use hash::{BlockHash, HashConfig, HashScheme, InvalidBlockSize, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE};
+pub use hash::{
+    BlockHash, HashConfig, HashScheme, InvalidBlockSize, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE,
+};
 pub use ids::{ModelId, PodId, Ticket};
 pub use index::{IndexStats, PrefixIndex};
 pub use registry::{PodInfo, PodSpec, RegistryError};

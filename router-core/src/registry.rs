@@ -101,8 +101,18 @@ impl Registry {
         Registry {
             pods: Vec::new(),
             models: Vec::new(),
-            pod_by_name: HashMap::with_hasher(ahash::RandomState::with_seeds(k(11), k(12), k(13), k(14))),
-            model_by_name: HashMap::with_hasher(ahash::RandomState::with_seeds(k(21), k(22), k(23), k(24))),
+            pod_by_name: HashMap::with_hasher(ahash::RandomState::with_seeds(
+                k(11),
+                k(12),
+                k(13),
+                k(14),
+            )),
+            model_by_name: HashMap::with_hasher(ahash::RandomState::with_seeds(
+                k(21),
+                k(22),
+                k(23),
+                k(24),
+            )),
         }
     }
 
@@ -168,7 +178,10 @@ impl Registry {
         }
         let id = ModelId(self.models.len() as u32);
         let name: Arc<str> = Arc::from(name);
-        self.models.push(Model { name: name.clone(), pods: Vec::new() });
+        self.models.push(Model {
+            name: name.clone(),
+            pods: Vec::new(),
+        });
         self.model_by_name.insert(name, id);
         Ok(id)
     }
@@ -213,16 +226,28 @@ impl Registry {
             ready: p.ready,
             in_flight: p.in_flight,
             routed: p.routed,
-            models: p.models.iter().map(|m| self.models[m.index()].name.clone()).collect(),
+            models: p
+                .models
+                .iter()
+                .map(|m| self.models[m.index()].name.clone())
+                .collect(),
         })
     }
 
     pub(crate) fn live_pods(&self) -> impl Iterator<Item = PodId> + '_ {
-        self.pods.iter().enumerate().filter(|(_, p)| !p.removed).map(|(i, _)| PodId(i as u32))
+        self.pods
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.removed)
+            .map(|(i, _)| PodId(i as u32))
     }
 
     /// Σ in-flight over live pods.
     pub(crate) fn total_in_flight(&self) -> u64 {
-        self.pods.iter().filter(|p| !p.removed).map(|p| u64::from(p.in_flight)).sum()
+        self.pods
+            .iter()
+            .filter(|p| !p.removed)
+            .map(|p| u64::from(p.in_flight))
+            .sum()
     }
 }

@@ -27,12 +27,19 @@ pub struct RouteRequest<'a> {
 impl<'a> RouteRequest<'a> {
     /// A request for `model` with these hashes and the default strategy.
     pub fn new(model: &'a str, hashes: &'a [BlockHash]) -> Self {
-        RouteRequest { model, strategy: None, hashes }
+        RouteRequest {
+            model,
+            strategy: None,
+            hashes,
+        }
     }
 
     /// The same request with an explicit strategy.
     pub fn with_strategy(self, strategy: &'a StrategySpec) -> Self {
-        RouteRequest { strategy: Some(strategy), ..self }
+        RouteRequest {
+            strategy: Some(strategy),
+            ..self
+        }
     }
 }
 
@@ -85,7 +92,7 @@ impl Router {
             registry: Registry::new(seed),
             index: PrefixIndex::new(config.index_capacity, config.index_ttl_ms, seed),
             tickets: TicketTable::default(),
-            rng: fastrand::Rng::with_seed(crate::hash::mix64(seed ^ 0x726e_67)),
+            rng: fastrand::Rng::with_seed(crate::hash::mix64(seed ^ 0x0072_6e67)),
             model_stats: Vec::new(),
             unknown_model: 0,
             latest: Timestamp::ZERO,
@@ -105,7 +112,8 @@ impl Router {
             self.index.clear();
             self.hash = hash;
         }
-        self.index.set_limits(config.index_capacity, config.index_ttl_ms);
+        self.index
+            .set_limits(config.index_capacity, config.index_ttl_ms);
         self.config = config;
         Ok(())
     }
@@ -152,7 +160,10 @@ impl Router {
 
     /// Stops `pod` from serving `model` and forgets its index entries for that model.
     pub fn detach_pod(&mut self, model: &str, pod: PodId) -> Result<(), RegistryError> {
-        let m = self.registry.model_id(model).ok_or_else(|| RegistryError::UnknownModel(model.to_owned()))?;
+        let m = self
+            .registry
+            .model_id(model)
+            .ok_or_else(|| RegistryError::UnknownModel(model.to_owned()))?;
         self.registry.detach(m, pod)?;
         self.index.purge_pod(pod, Some(m));
         Ok(())
@@ -179,12 +190,18 @@ impl Router {
 
     /// Every live pod, in the order they were added.
     pub fn pods(&self) -> Vec<PodInfo> {
-        self.registry.live_pods().filter_map(|p| self.registry.info(p)).collect()
+        self.registry
+            .live_pods()
+            .filter_map(|p| self.registry.info(p))
+            .collect()
     }
 
     /// The live pods serving `model`, ready or not.
     pub fn model_pods(&self, model: &str) -> Vec<PodId> {
-        self.registry.model_id(model).map(|m| self.registry.models[m.index()].pods.clone()).unwrap_or_default()
+        self.registry
+            .model_id(model)
+            .map(|m| self.registry.models[m.index()].pods.clone())
+            .unwrap_or_default()
     }
 
     /// The pod's in-flight count.
@@ -195,7 +212,9 @@ impl Router {
     fn intern_model(&mut self, model: &str) -> Result<ModelId, RegistryError> {
         let m = self.registry.intern_model(model)?;
         if m.index() == self.model_stats.len() {
-            self.model_stats.push(ModelStats::new(self.registry.models[m.index()].name.clone()));
+            self.model_stats.push(ModelStats::new(
+                self.registry.models[m.index()].name.clone(),
+            ));
         }
         Ok(m)
     }
@@ -222,7 +241,11 @@ impl Router {
         for &pod in &self.registry.models[model.index()].pods {
             let p = &self.registry.pods[pod.index()];
             if p.ready {
-                s.cands.push(Candidate { pod, load: p.in_flight, matched: 0 });
+                s.cands.push(Candidate {
+                    pod,
+                    load: p.in_flight,
+                    matched: 0,
+                });
                 s.pods.push(pod);
             }
         }
@@ -230,25 +253,47 @@ impl Router {
             self.model_stats[model.index()].no_ready_pod += 1;
             return Err(RouteError::NoReadyPod);
         }
-        self.index.longest_matches(model, req.hashes, &s.pods, now, &mut s.matched);
+        self.index
+            .longest_matches(model, req.hashes, &s.pods, now, &mut s.matched);
         for (c, &m) in s.cands.iter_mut().zip(&s.matched) {
             c.matched = m;
         }
         let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
         let spec = req.strategy.unwrap_or(&self.config.default_strategy);
         let (index, reason, imbalance) = match spec.as_single() {
-            Some(Strategy::Random) => (select::random(&s.cands, &mut self.rng), Reason::Random, false),
-            Some(Strategy::LeastRequest) => (select::least_loaded(&s.cands, &mut self.rng), Reason::LeastRequest, false),
+            Some(Strategy::Random) => (
+                select::random(&s.cands, &mut self.rng),
+                Reason::Random,
+                false,
+            ),
+            Some(Strategy::LeastRequest) => (
+                select::least_loaded(&s.cands, &mut self.rng),
+                Reason::LeastRequest,
+                false,
+            ),
             Some(Strategy::PrefixCache) => {
                 let params = PrefixCacheParams {
                     imbalance_abs_count: self.config.imbalance_abs_count,
                     stddev_factor: self.config.stddev_factor,
                 };
-                let p = select::prefix_cache(&s.cands, total_blocks, params, &mut self.rng, &mut s.order);
+                let p = select::prefix_cache(
+                    &s.cands,
+                    total_blocks,
+                    params,
+                    &mut self.rng,
+                    &mut s.order,
+                );
                 (p.index, p.reason, p.imbalance)
             }
             None => {
-                let i = select::weighted(&s.cands, spec, total_blocks, &mut self.rng, &mut s.totals, &mut s.order);
+                let i = select::weighted(
+                    &s.cands,
+                    spec,
+                    total_blocks,
+                    &mut self.rng,
+                    &mut s.totals,
+                    &mut s.order,
+                );
                 (i, Reason::Weighted, false)
             }
         };
@@ -293,14 +338,25 @@ impl Router {
 
     /// Releases the ticket's in-flight slot, exactly once. A second completion, or one for a
     /// ticket that expired or was never issued, is an error and changes nothing.
-    pub fn complete(&mut self, ticket: Ticket, completion: Completion, now: Timestamp) -> Result<Released, TicketError> {
+    pub fn complete(
+        &mut self,
+        ticket: Ticket,
+        completion: Completion,
+        now: Timestamp,
+    ) -> Result<Released, TicketError> {
         let now = self.clock(now);
         let open = self.tickets.take(ticket)?;
         self.tickets.stats.completed[outcome_index(completion.outcome)] += 1;
         Ok(self.release(open.pod, open.model, open.issued, now))
     }
 
-    fn release(&mut self, pod: PodId, model: ModelId, issued: Timestamp, now: Timestamp) -> Released {
+    fn release(
+        &mut self,
+        pod: PodId,
+        model: ModelId,
+        issued: Timestamp,
+        now: Timestamp,
+    ) -> Released {
         let orphaned = match self.registry.pod_mut(pod) {
             Ok(p) => {
                 debug_assert!(p.in_flight > 0, "in-flight underflow on {pod}");
@@ -312,7 +368,12 @@ impl Router {
                 true
             }
         };
-        Released { pod, model, orphaned, age_ms: now.millis_since(issued) }
+        Released {
+            pod,
+            model,
+            orphaned,
+            age_ms: now.millis_since(issued),
+        }
     }
 
     // ----- timers -----
@@ -348,7 +409,10 @@ impl Router {
             models: self.model_stats.clone(),
             pods: self.pods(),
             index: self.index.stats(),
-            tickets: crate::tickets::TicketStats { open: self.tickets.open_count() as u64, ..self.tickets.stats },
+            tickets: crate::tickets::TicketStats {
+                open: self.tickets.open_count() as u64,
+                ..self.tickets.stats
+            },
             unknown_model: self.unknown_model,
         }
     }
@@ -367,10 +431,16 @@ impl Router {
     /// live pods, and the index is consistent. For tests.
     #[doc(hidden)]
     pub fn check_invariants(&self) -> Result<(), String> {
-        let live_open = self.tickets.open_tickets().filter(|(_, t)| self.registry.pod(t.pod).is_ok()).count() as u64;
+        let live_open = self
+            .tickets
+            .open_tickets()
+            .filter(|(_, t)| self.registry.pod(t.pod).is_ok())
+            .count() as u64;
         let in_flight = self.registry.total_in_flight();
         if live_open != in_flight {
-            return Err(format!("open tickets on live pods {live_open} != in-flight sum {in_flight}"));
+            return Err(format!(
+                "open tickets on live pods {live_open} != in-flight sum {in_flight}"
+            ));
         }
         self.index.check_invariants()
     }

@@ -21,7 +21,11 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every strategy, in a stable order.
-    pub const ALL: [Strategy; 3] = [Strategy::Random, Strategy::LeastRequest, Strategy::PrefixCache];
+    pub const ALL: [Strategy; 3] = [
+        Strategy::Random,
+        Strategy::LeastRequest,
+        Strategy::PrefixCache,
+    ];
 
     /// The name used in the `routing-strategy` header.
     pub const fn name(self) -> &'static str {
@@ -86,7 +90,9 @@ pub enum StrategyError {
 impl StrategySpec {
     /// A spec of one strategy.
     pub fn single(strategy: Strategy) -> Self {
-        StrategySpec { entries: vec![(strategy, 1)] }
+        StrategySpec {
+            entries: vec![(strategy, 1)],
+        }
     }
 
     /// Parses `name[:weight][,name[:weight]...]`.
@@ -192,8 +198,14 @@ mod tests {
 
     #[test]
     fn names_are_case_insensitive_and_trimmed() {
-        assert_eq!(Strategy::from_name(" Prefix-Cache "), Ok(Strategy::PrefixCache));
-        assert_eq!(Strategy::from_name("LEAST-REQUEST"), Ok(Strategy::LeastRequest));
+        assert_eq!(
+            Strategy::from_name(" Prefix-Cache "),
+            Ok(Strategy::PrefixCache)
+        );
+        assert_eq!(
+            Strategy::from_name("LEAST-REQUEST"),
+            Ok(Strategy::LeastRequest)
+        );
         assert_eq!(
             Strategy::from_name("round-robin"),
             Err(StrategyError::UnknownName("round-robin".into()))
@@ -203,7 +215,10 @@ mod tests {
     #[test]
     fn weighted_specs_parse() {
         let s = StrategySpec::parse("prefix-cache:2, least-request").unwrap();
-        assert_eq!(s.entries(), &[(Strategy::PrefixCache, 2), (Strategy::LeastRequest, 1)]);
+        assert_eq!(
+            s.entries(),
+            &[(Strategy::PrefixCache, 2), (Strategy::LeastRequest, 1)]
+        );
         assert_eq!(s.to_string(), "prefix-cache:2,least-request");
         assert_eq!(s.as_single(), None);
     }
@@ -212,7 +227,10 @@ mod tests {
     fn zero_weights_drop_entries() {
         let s = StrategySpec::parse("prefix-cache:0,random:3").unwrap();
         assert_eq!(s.as_single(), Some(Strategy::Random));
-        assert_eq!(StrategySpec::parse("random:0"), Err(StrategyError::AllWeightsZero));
+        assert_eq!(
+            StrategySpec::parse("random:0"),
+            Err(StrategyError::AllWeightsZero)
+        );
     }
 
     #[test]
@@ -235,6 +253,9 @@ mod tests {
             StrategySpec::parse("random,RANDOM"),
             Err(StrategyError::Duplicate("random".into()))
         );
-        assert!(matches!(StrategySpec::parse("foo"), Err(StrategyError::UnknownName(_))));
+        assert!(matches!(
+            StrategySpec::parse("foo"),
+            Err(StrategyError::UnknownName(_))
+        ));
     }
 }

@@ -60,7 +60,15 @@ pub struct Completion {
 impl Completion {
     /// A completion with this outcome and no timings.
     pub const fn new(outcome: Outcome) -> Self {
-        Completion { outcome, timings: Timings { first_token_ms: None, total_ms: None, output_tokens: None, cached_tokens: None } }
+        Completion {
+            outcome,
+            timings: Timings {
+                first_token_ms: None,
+                total_ms: None,
+                output_tokens: None,
+                cached_tokens: None,
+            },
+        }
     }
 }
 
@@ -130,7 +138,14 @@ impl TicketTable {
     pub(crate) fn issue(&mut self, pod: PodId, model: ModelId, now: Timestamp) -> Ticket {
         let t = self.next;
         self.next += 1;
-        self.open.insert(t, OpenTicket { pod, model, issued: now });
+        self.open.insert(
+            t,
+            OpenTicket {
+                pod,
+                model,
+                issued: now,
+            },
+        );
         self.stats.issued += 1;
         Ticket(t)
     }
@@ -140,7 +155,11 @@ impl TicketTable {
             Some(t) => Ok(t),
             None => {
                 self.stats.rejected += 1;
-                Err(if ticket.0 >= self.next { TicketError::NeverIssued(ticket) } else { TicketError::NotOpen(ticket) })
+                Err(if ticket.0 >= self.next {
+                    TicketError::NeverIssued(ticket)
+                } else {
+                    TicketError::NotOpen(ticket)
+                })
             }
         }
     }
@@ -156,7 +175,9 @@ impl TicketTable {
     }
 
     pub(crate) fn next_expiry(&self, ttl_ms: u64) -> Option<Timestamp> {
-        self.open.first_key_value().map(|(_, t)| t.issued.add_millis(ttl_ms))
+        self.open
+            .first_key_value()
+            .map(|(_, t)| t.issued.add_millis(ttl_ms))
     }
 
     pub(crate) fn open_count(&self) -> usize {

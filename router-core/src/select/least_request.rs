@@ -16,7 +16,12 @@ pub(crate) fn least_loaded_where(
     let min = cands.iter().filter(|c| keep(c)).map(|c| c.load).min()?;
     let ties = cands.iter().filter(|c| keep(c) && c.load == min).count();
     let nth = rng.usize(..ties);
-    cands.iter().enumerate().filter(|(_, c)| keep(c) && c.load == min).nth(nth).map(|(i, _)| i)
+    cands
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| keep(c) && c.load == min)
+        .nth(nth)
+        .map(|(i, _)| i)
 }
 
 #[cfg(test)]
@@ -26,7 +31,11 @@ mod tests {
 
     #[test]
     fn picks_the_minimum_and_spreads_ties() {
-        let c = |pod, load| Candidate { pod: PodId(pod), load, matched: 0 };
+        let c = |pod, load| Candidate {
+            pod: PodId(pod),
+            load,
+            matched: 0,
+        };
         let cands = [c(0, 3), c(1, 1), c(2, 1), c(3, 5)];
         let mut rng = fastrand::Rng::with_seed(1);
         let mut seen = [0u32; 4];
@@ -34,6 +43,9 @@ mod tests {
             seen[least_loaded(&cands, &mut rng)] += 1;
         }
         assert_eq!(seen[0] + seen[3], 0);
-        assert!(seen[1] > 400 && seen[2] > 400, "ties must be spread: {seen:?}");
+        assert!(
+            seen[1] > 400 && seen[2] > 400,
+            "ties must be spread: {seen:?}"
+        );
     }
 }

@@ -43,7 +43,11 @@ pub(crate) fn mean_and_sample_stddev(cands: &[Candidate]) -> (f64, f64) {
     if cands.len() < 2 {
         return (mean, 0.0);
     }
-    let var = cands.iter().map(|c| (f64::from(c.load) - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    let var = cands
+        .iter()
+        .map(|c| (f64::from(c.load) - mean).powi(2))
+        .sum::<f64>()
+        / (n - 1.0);
     (mean, var.sqrt())
 }
 
@@ -61,7 +65,11 @@ mod tests {
 
     #[test]
     fn stddev_is_sample() {
-        let c = |load| Candidate { pod: PodId(0), load, matched: 0 };
+        let c = |load| Candidate {
+            pod: PodId(0),
+            load,
+            matched: 0,
+        };
         let (m, s) = mean_and_sample_stddev(&[c(3), c(12), c(0)]);
         assert_eq!(m, 5.0);
         assert!((s - 39f64.sqrt()).abs() < 1e-12);

@@ -61,11 +61,23 @@ pub(crate) fn prefix_cache(
         let (mean, sd) = mean_and_sample_stddev(cands);
         let limit = mean + params.stddev_factor * sd;
         if let Some(&index) = order.iter().find(|&&i| f64::from(cands[i].load) <= limit) {
-            return PrefixCachePick { index, reason: Reason::PrefixMatch, imbalance };
+            return PrefixCachePick {
+                index,
+                reason: Reason::PrefixMatch,
+                imbalance,
+            };
         }
     }
-    let reason = if any_match { Reason::PrefixMatchSkipped } else { Reason::LeastRequestFallback };
-    PrefixCachePick { index: least_loaded(cands, rng), reason, imbalance }
+    let reason = if any_match {
+        Reason::PrefixMatchSkipped
+    } else {
+        Reason::LeastRequestFallback
+    };
+    PrefixCachePick {
+        index: least_loaded(cands, rng),
+        reason,
+        imbalance,
+    }
 }
 
 #[cfg(test)]
@@ -73,14 +85,32 @@ mod tests {
     use super::*;
     use crate::ids::PodId;
 
-    const AIBRIX: PrefixCacheParams = PrefixCacheParams { imbalance_abs_count: 16, stddev_factor: 2.0 };
+    const AIBRIX: PrefixCacheParams = PrefixCacheParams {
+        imbalance_abs_count: 16,
+        stddev_factor: 2.0,
+    };
 
     fn c(pod: u32, load: u32, matched: u32) -> Candidate {
-        Candidate { pod: PodId(pod), load, matched }
+        Candidate {
+            pod: PodId(pod),
+            load,
+            matched,
+        }
     }
 
-    fn pick(cands: &[Candidate], total: u32, params: PrefixCacheParams, seed: u64) -> PrefixCachePick {
-        prefix_cache(cands, total, params, &mut fastrand::Rng::with_seed(seed), &mut Vec::new())
+    fn pick(
+        cands: &[Candidate],
+        total: u32,
+        params: PrefixCacheParams,
+        seed: u64,
+    ) -> PrefixCachePick {
+        prefix_cache(
+            cands,
+            total,
+            params,
+            &mut fastrand::Rng::with_seed(seed),
+            &mut Vec::new(),
+        )
     }
 
     #[test]
@@ -89,7 +119,14 @@ mod tests {
         let cands = [c(0, 3, 5), c(1, 12, 7), c(2, 0, 0)];
         for seed in 0..50 {
             let p = pick(&cands, 7, AIBRIX, seed);
-            assert_eq!(p, PrefixCachePick { index: 1, reason: Reason::PrefixMatch, imbalance: false });
+            assert_eq!(
+                p,
+                PrefixCachePick {
+                    index: 1,
+                    reason: Reason::PrefixMatch,
+                    imbalance: false
+                }
+            );
         }
     }
 
@@ -98,17 +135,26 @@ mod tests {
         // Loads 30, 0, 0, 0, 0: μ = 6, σ = √180 ≈ 13.4, limit ≈ 32.8 with k = 2 passes; with k = 1
         // (19.4) the best match (load 30) is skipped for the next match.
         let cands = [c(0, 30, 4), c(1, 0, 2), c(2, 0, 0), c(3, 0, 0), c(4, 0, 0)];
-        let k1 = PrefixCacheParams { imbalance_abs_count: 100, stddev_factor: 1.0 };
+        let k1 = PrefixCacheParams {
+            imbalance_abs_count: 100,
+            stddev_factor: 1.0,
+        };
         assert_eq!(pick(&cands, 4, k1, 0).index, 1);
         assert_eq!(pick(&cands, 4, k1, 0).reason, Reason::PrefixMatch);
-        let k2 = PrefixCacheParams { imbalance_abs_count: 100, stddev_factor: 2.0 };
+        let k2 = PrefixCacheParams {
+            imbalance_abs_count: 100,
+            stddev_factor: 2.0,
+        };
         assert_eq!(pick(&cands, 4, k2, 0).index, 0);
     }
 
     #[test]
     fn only_match_over_the_limit_is_skipped() {
         let cands = [c(0, 30, 4), c(1, 0, 0), c(2, 0, 0), c(3, 0, 0), c(4, 0, 0)];
-        let k1 = PrefixCacheParams { imbalance_abs_count: 100, stddev_factor: 1.0 };
+        let k1 = PrefixCacheParams {
+            imbalance_abs_count: 100,
+            stddev_factor: 1.0,
+        };
         let p = pick(&cands, 4, k1, 3);
         assert_eq!(p.reason, Reason::PrefixMatchSkipped);
         assert_ne!(p.index, 0);
@@ -118,22 +164,47 @@ mod tests {
     fn no_match_falls_back_to_least_request() {
         let cands = [c(0, 3, 0), c(1, 1, 0)];
         let p = pick(&cands, 7, AIBRIX, 0);
-        assert_eq!(p, PrefixCachePick { index: 1, reason: Reason::LeastRequestFallback, imbalance: false });
+        assert_eq!(
+            p,
+            PrefixCachePick {
+                index: 1,
+                reason: Reason::LeastRequestFallback,
+                imbalance: false
+            }
+        );
     }
 
     #[test]
     fn imbalance_is_strict_and_narrows_to_least_loaded() {
         // max − min = 16: not imbalanced, the full match on the busy pod wins.
         let at = [c(0, 16, 7), c(1, 0, 1)];
-        assert_eq!(pick(&at, 7, AIBRIX, 0), PrefixCachePick { index: 0, reason: Reason::PrefixMatch, imbalance: false });
+        assert_eq!(
+            pick(&at, 7, AIBRIX, 0),
+            PrefixCachePick {
+                index: 0,
+                reason: Reason::PrefixMatch,
+                imbalance: false
+            }
+        );
         // 17: imbalanced; only the least-loaded pod stays a candidate and its match still counts.
         let over = [c(0, 17, 7), c(1, 0, 1)];
-        assert_eq!(pick(&over, 7, AIBRIX, 0), PrefixCachePick { index: 1, reason: Reason::PrefixMatch, imbalance: true });
+        assert_eq!(
+            pick(&over, 7, AIBRIX, 0),
+            PrefixCachePick {
+                index: 1,
+                reason: Reason::PrefixMatch,
+                imbalance: true
+            }
+        );
         // Imbalanced and the least-loaded pod matches nothing: fallback among the least loaded.
         let none = [c(0, 17, 7), c(1, 0, 0)];
         assert_eq!(
             pick(&none, 7, AIBRIX, 0),
-            PrefixCachePick { index: 1, reason: Reason::LeastRequestFallback, imbalance: true }
+            PrefixCachePick {
+                index: 1,
+                reason: Reason::LeastRequestFallback,
+                imbalance: true
+            }
         );
     }
 

@@ -26,9 +26,10 @@ pub(crate) fn weighted(
     for &(strategy, weight) in spec.entries() {
         let share = f64::from(weight) / weight_sum;
         let scores: Vec<f64> = match strategy {
-            Strategy::PrefixCache => {
-                cands.iter().map(|c| f64::from(match_percent(c.matched, total_blocks))).collect()
-            }
+            Strategy::PrefixCache => cands
+                .iter()
+                .map(|c| f64::from(match_percent(c.matched, total_blocks)))
+                .collect(),
             Strategy::LeastRequest => cands.iter().map(|c| f64::from(c.load)).collect(),
             Strategy::Random => cands.iter().map(|_| rng.f64()).collect(),
         };
@@ -50,7 +51,11 @@ pub(crate) fn weighted(
     order.extend(0..cands.len());
     rng.shuffle(order);
     let best = totals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    order.iter().copied().find(|&i| totals[i] >= best - 1e-9).unwrap_or(0)
+    order
+        .iter()
+        .copied()
+        .find(|&i| totals[i] >= best - 1e-9)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -60,12 +65,23 @@ mod tests {
 
     fn run(cands: &[Candidate], spec: &str, total: u32, seed: u64) -> usize {
         let spec = StrategySpec::parse(spec).unwrap();
-        weighted(cands, &spec, total, &mut fastrand::Rng::with_seed(seed), &mut Vec::new(), &mut Vec::new())
+        weighted(
+            cands,
+            &spec,
+            total,
+            &mut fastrand::Rng::with_seed(seed),
+            &mut Vec::new(),
+            &mut Vec::new(),
+        )
     }
 
     #[test]
     fn weights_trade_match_against_load() {
-        let c = |pod, load, matched| Candidate { pod: PodId(pod), load, matched };
+        let c = |pod, load, matched| Candidate {
+            pod: PodId(pod),
+            load,
+            matched,
+        };
         // Pod 0: full match, load 10. Pod 1: no match, load 0.
         let cands = [c(0, 10, 10), c(1, 0, 0)];
         // prefix 2 vs least 1: pod 0 scores 2/3, pod 1 scores 1/3.
@@ -76,7 +92,11 @@ mod tests {
 
     #[test]
     fn exact_ties_spread() {
-        let c = |pod| Candidate { pod: PodId(pod), load: 1, matched: 0 };
+        let c = |pod| Candidate {
+            pod: PodId(pod),
+            load: 1,
+            matched: 0,
+        };
         let cands = [c(0), c(1)];
         let mut seen = [0; 2];
         for seed in 0..200 {

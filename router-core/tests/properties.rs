@@ -1,0 +1,207 @@
+//! Property tests over random operation sequences: Σ in-flight = open tickets on live pods,
+//! never a route to an unready or removed pod, index and LRU consistent, same seed + same
+//! inputs → same decisions.
+
+use kvroute_core::{
+    BlockHash, Outcome, PodId, PodSpec, RouteRequest, Router, RouterConfig, Strategy as Routing,
+    StrategySpec, Ticket, Timestamp,
+};
+use proptest::prelude::*;
+
+#[derive(Clone, Debug)]
+enum Op {
+    AddPod {
+        pod: u8,
+        ready: bool,
+    },
+    SetReady {
+        pod: u8,
+        ready: bool,
+    },
+    RemovePod {
+        pod: u8,
+    },
+    Route {
+        family: u8,
+        len_blocks: u8,
+        strategy: u8,
+        dt: u16,
+    },
+    Complete {
+        nth: u8,
+        outcome: u8,
+    },
+    CompleteBogus {
+        raw: u64,
+    },
+    Tick {
+        dt: u32,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (0u8..6, any::<bool>()).prop_map(|(pod, ready)| Op::AddPod { pod, ready }),
+        2 => (0u8..6, any::<bool>()).prop_map(|(pod, ready)| Op::SetReady { pod, ready }),
+        1 => (0u8..6).prop_map(|pod| Op::RemovePod { pod }),
+        8 => (0u8..5, 0u8..12, 0u8..4, 0u16..2_000).prop_map(|(family, len_blocks, strategy, dt)| Op::Route { family, len_blocks, strategy, dt }),
+        5 => (any::<u8>(), 0u8..3).prop_map(|(nth, outcome)| Op::Complete { nth, outcome }),
+        1 => any::<u64>().prop_map(|raw| Op::CompleteBogus { raw }),
+        1 => (0u32..400_000).prop_map(|dt| Op::Tick { dt }),
+    ]
+}
+
+fn hashes(family: u8, len_blocks: u8) -> Vec<BlockHash> {
+    // Families share no prefix; longer prompts of a family extend shorter ones.
+    (0..u64::from(len_blocks))
+        .map(|i| BlockHash(u64::from(family) << 32 | i))
+        .collect()
+}
+
+/// Runs the ops, checking invariants after each; returns the decisions as (pod, reason) text.
+fn run(ops: &[Op], seed: u64) -> Vec<String> {
+    let config = RouterConfig {
+        seed,
+        index_capacity: 40,
+        index_ttl_ms: 60_000,
+        ticket_ttl_ms: 300_000,
+        imbalance_abs_count: 3,
+        ..Default::default()
+    };
+    let mut r = Router::new(config).unwrap();
+    let specs = [
+        StrategySpec::single(Routing::Random),
+        StrategySpec::single(Routing::LeastRequest),
+        StrategySpec::single(Routing::PrefixCache),
+        StrategySpec::parse("prefix-cache:2,least-request,random").unwrap(),
+    ];
+    let mut now = 0u64;
+    let mut open: Vec<Ticket> = Vec::new();
+    let mut ids: Vec<Option<PodId>> = vec![None; 6];
+    let mut log = Vec::new();
+    for op in ops {
+        match *op {
+            Op::AddPod { pod, ready } => {
+                let name = format!("p{pod}");
+                let addr = format!("10.0.0.{}:8000", pod + 1);
+                ids[pod as usize] = Some(
+                    r.add_pod(
+                        "m",
+                        PodSpec {
+                            name: &name,
+                            address: &addr,
+                            ready,
+                        },
+                    )
+                    .unwrap(),
+                );
+            }
+            Op::SetReady { pod, ready } => {
+                if let Some(id) = ids[pod as usize] {
+                    r.set_pod_ready(id, ready).unwrap();
+                }
+            }
+            Op::RemovePod { pod } => {
+                if let Some(id) = ids[pod as usize].take() {
+                    r.remove_pod(id).unwrap();
+                    assert!(r.pod(id).is_none());
+                }
+            }
+            Op::Route {
+                family,
+                len_blocks,
+                strategy,
+                dt,
+            } => {
+                now += u64::from(dt);
+                let h = hashes(family, len_blocks);
+                let req = RouteRequest::new("m", &h).with_strategy(&specs[strategy as usize]);
+                match r.route(req, Timestamp::from_millis(now)) {
+                    Ok(d) => {
+                        let info = r.pod(d.pod).expect("routed to a live pod");
+                        assert!(info.ready, "routed to an unready pod");
+                        assert!(d.matched_blocks <= d.total_blocks && d.match_percent <= 100);
+                        open.push(d.ticket);
+                        log.push(format!("{}:{}", d.pod_name, d.reason));
+                    }
+                    Err(e) => {
+                        let any_ready = r.pods().iter().any(|p| p.ready);
+                        assert!(
+                            !any_ready || matches!(e, kvroute_core::RouteError::UnknownModel),
+                            "{e}"
+                        );
+                        log.push(format!("err:{e}"));
+                    }
+                }
+            }
+            Op::Complete { nth, outcome } => {
+                if !open.is_empty() {
+                    let t = open.remove(nth as usize % open.len());
+                    let outcome = Outcome::ALL[outcome as usize];
+                    // May have expired meanwhile; either way nothing goes negative.
+                    let _ = r.complete(t, outcome.into(), Timestamp::from_millis(now));
+                    assert!(
+                        r.complete(t, outcome.into(), Timestamp::from_millis(now))
+                            .is_err(),
+                        "second completion accepted"
+                    );
+                }
+            }
+            Op::CompleteBogus { raw } => {
+                let t = Ticket::from_u64(raw);
+                if !open.contains(&t) {
+                    let before: Vec<u32> = r.pods().iter().map(|p| p.in_flight).collect();
+                    let _ = r.complete(t, Outcome::Success.into(), Timestamp::from_millis(now));
+                    let after: Vec<u32> = r.pods().iter().map(|p| p.in_flight).collect();
+                    assert_eq!(before, after, "a bogus completion changed a count");
+                }
+            }
+            Op::Tick { dt } => {
+                now += u64::from(dt);
+                r.handle_timeout(Timestamp::from_millis(now));
+                if let Some(next) = r.poll_timeout() {
+                    assert!(next.as_millis() > now, "handle_timeout left due work");
+                }
+            }
+        }
+        r.check_invariants().unwrap();
+        assert!(r.index().len() <= 40);
+        let open_on_live = r.pods().iter().map(|p| u64::from(p.in_flight)).sum::<u64>();
+        assert!(open_on_live <= r.open_tickets() as u64);
+    }
+    log
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_under_any_sequence(ops in proptest::collection::vec(op(), 1..120)) {
+        run(&ops, 1);
+    }
+
+    #[test]
+    fn same_seed_same_inputs_same_decisions(ops in proptest::collection::vec(op(), 1..80), seed in any::<u64>()) {
+        prop_assert_eq!(run(&ops, seed), run(&ops, seed));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Hashing never panics and yields one hash per complete block for any bytes and block size.
+    #[test]
+    fn hashing_is_total(prompt in proptest::collection::vec(any::<u8>(), 0..2_000), block in 1usize..300, seed in any::<u64>()) {
+        let cfg = kvroute_core::HashConfig::new(block, seed).unwrap();
+        let h = cfg.hashes(&prompt);
+        prop_assert_eq!(h.len(), prompt.len() / block);
+        let longer = cfg.hashes(&[prompt.as_slice(), b"tail-bytes"].concat());
+        prop_assert_eq!(&longer[..h.len()], &h[..]);
+    }
+
+    /// Strategy spec parsing never panics on arbitrary text.
+    #[test]
+    fn strategy_parsing_is_total(s in ".{0,40}") {
+        let _ = StrategySpec::parse(&s);
+    }
+}
