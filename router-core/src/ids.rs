@@ -37,6 +37,10 @@ impl ModelId {
     pub const fn as_u32(self) -> u32 {
         self.0
     }
+    /// Rebuilds an id from [`ModelId::as_u32`] (for using [`crate::PrefixIndex`] on its own).
+    pub const fn from_u32(raw: u32) -> Self {
+        ModelId(raw)
+    }
     pub(crate) const fn index(self) -> usize {
         self.0 as usize
     }
