@@ -2,6 +2,7 @@
 
 use crate::hash::{mix64, HashConfig, InvalidBlockSize, DEFAULT_BLOCK_SIZE};
 use crate::strategy::StrategySpec;
+use crate::ttft::TtftConfig;
 
 /// Default prefix-index capacity in blocks (`AIBRIX_PREFIX_CACHE_BLOCK_NUMBER`).
 pub const DEFAULT_INDEX_CAPACITY: usize = 200_000;
@@ -48,6 +49,8 @@ pub struct RouterConfig {
     pub stddev_factor: f64,
     /// The strategy used when a request names none (AIBrix's `ROUTING_ALGORITHM`).
     pub default_strategy: StrategySpec,
+    /// The TTFT model behind `least-ttft` (and the predictions every decision carries).
+    pub ttft: TtftConfig,
 }
 
 impl Default for RouterConfig {
@@ -62,6 +65,7 @@ impl Default for RouterConfig {
             imbalance_abs_count: DEFAULT_IMBALANCE_ABS_COUNT,
             stddev_factor: DEFAULT_STDDEV_FACTOR,
             default_strategy: StrategySpec::default(),
+            ttft: TtftConfig::default(),
         }
     }
 }
@@ -79,6 +83,9 @@ pub enum ConfigError {
     /// A time-to-live is zero.
     #[error("{0} must be at least 1 ms")]
     ZeroTtl(&'static str),
+    /// A field of the TTFT model is out of range (named).
+    #[error("{0} is out of range")]
+    InvalidTtft(&'static str),
     /// The σ factor is negative or not finite.
     #[error("standard deviation factor must be finite and >= 0, got {0}")]
     InvalidStddevFactor(f64),
@@ -99,6 +106,9 @@ impl RouterConfig {
         }
         if !self.stddev_factor.is_finite() || self.stddev_factor < 0.0 {
             return Err(ConfigError::InvalidStddevFactor(self.stddev_factor));
+        }
+        if let Some(field) = self.ttft.invalid_field() {
+            return Err(ConfigError::InvalidTtft(field));
         }
         Ok(())
     }

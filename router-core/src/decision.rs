@@ -20,17 +20,20 @@ pub enum Reason {
     LeastRequestFallback,
     /// A weighted multi-strategy spec: highest combined score.
     Weighted,
+    /// `least-ttft`: the smallest predicted time to first token.
+    LeastTtft,
 }
 
 impl Reason {
     /// Every reason, in a stable order (the order of [`crate::ModelStats::routed_by_reason`]).
-    pub const ALL: [Reason; 6] = [
+    pub const ALL: [Reason; 7] = [
         Reason::Random,
         Reason::LeastRequest,
         Reason::PrefixMatch,
         Reason::PrefixMatchSkipped,
         Reason::LeastRequestFallback,
         Reason::Weighted,
+        Reason::LeastTtft,
     ];
 
     /// The label; for prefix-cache reasons it is AIBrix's `selection` label value.
@@ -42,6 +45,7 @@ impl Reason {
             Reason::PrefixMatchSkipped => "prefix_match_skipped",
             Reason::LeastRequestFallback => "least_request_fallback",
             Reason::Weighted => "weighted",
+            Reason::LeastTtft => "least_ttft",
         }
     }
 
@@ -54,6 +58,7 @@ impl Reason {
                 "prefix-cache"
             }
             Reason::Weighted => "weighted",
+            Reason::LeastTtft => "least-ttft",
         }
     }
 
@@ -91,6 +96,22 @@ pub struct LoadSnapshot {
     pub ready: u32,
 }
 
+/// The TTFT model's prediction for the chosen pod (every strategy gets one; see
+/// [`crate::TtftConfig`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prediction {
+    /// Predicted time to first token, ms.
+    pub ttft_ms: u32,
+    /// Predicted wait before prefill starts (slot and prefill backlog), ms.
+    pub queue_ms: u32,
+    /// Prompt tokens predicted to be served from the engine's prefix cache.
+    pub cached_tokens: u32,
+    /// Estimated prompt tokens.
+    pub prompt_tokens: u32,
+    /// `least-ttft` only: the best predicted TTFT among the other pods, ms.
+    pub runner_up_ttft_ms: Option<u32>,
+}
+
 /// One routing decision. The request holds an in-flight slot on `pod` until
 /// [`crate::Router::complete`] is called with `ticket`.
 #[derive(Clone, Debug, PartialEq)]
@@ -118,6 +139,8 @@ pub struct Decision {
     pub total_blocks: u32,
     /// Loads seen.
     pub loads: LoadSnapshot,
+    /// The TTFT model's view of the chosen pod.
+    pub prediction: Prediction,
 }
 
 /// Renders the decision as one ASCII line with no commas or quotes, fit for a response header
@@ -142,7 +165,17 @@ impl fmt::Display for Decision {
             self.loads.mean,
             self.loads.ready,
             self.ticket,
-        )
+        )?;
+        let p = &self.prediction;
+        write!(
+            f,
+            " pred_ttft_ms={} pred_queue_ms={} pred_cached_tokens={}/{}",
+            p.ttft_ms, p.queue_ms, p.cached_tokens, p.prompt_tokens
+        )?;
+        if let Some(r) = p.runner_up_ttft_ms {
+            write!(f, " runner_up_ttft_ms={r}")?;
+        }
+        Ok(())
     }
 }
 

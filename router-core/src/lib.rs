@@ -1,8 +1,8 @@
 //! # kvroute-core
 //!
 //! The routing engine of kvroute: a prefix hash index, a pod registry, in-flight tickets and
-//! the selection strategies (AIBrix v0.7.0's `random`, `least-request` and `prefix-cache`, and
-//! weighted mixes of them), as a plain data structure.
+//! the selection strategies (AIBrix v0.7.0's `random`, `least-request` and `prefix-cache`,
+//! kvroute's `least-ttft`, and weighted mixes of them), as a plain data structure.
 //!
 //! ## Contract
 //! - **Deterministic.** The same [`RouterConfig`] (including its `seed`) and the same sequence
@@ -67,12 +67,13 @@ mod stats;
 mod strategy;
 mod tickets;
 mod time;
+mod ttft;
 
 pub use config::{
     ConfigError, RouterConfig, DEFAULT_IMBALANCE_ABS_COUNT, DEFAULT_INDEX_CAPACITY,
     DEFAULT_INDEX_TTL_MS, DEFAULT_STDDEV_FACTOR, DEFAULT_TICKET_TTL_MS,
 };
-pub use decision::{Decision, LoadSnapshot, Reason};
+pub use decision::{Decision, LoadSnapshot, Prediction, Reason};
 pub use hash::{
     BlockHash, HashConfig, HashScheme, InvalidBlockSize, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE,
 };
@@ -84,3 +85,4 @@ pub use stats::{match_bucket, ModelStats, RouterStats, MATCH_BUCKETS};
 pub use strategy::{Strategy, StrategyError, StrategySpec, MAX_WEIGHT};
 pub use tickets::{Completion, Outcome, Released, TicketError, TicketStats, Timings};
 pub use time::Timestamp;
+pub use ttft::{EngineSnapshot, TtftConfig};

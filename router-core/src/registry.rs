@@ -10,6 +10,7 @@ use hashbrown::HashMap;
 use smallvec::SmallVec;
 
 use crate::ids::{ModelId, PodId};
+use crate::ttft::{PodModel, TtftConfig};
 
 /// Why a registry change was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -60,6 +61,11 @@ pub struct PodInfo {
     pub routed: u64,
     /// The models it serves.
     pub models: Vec<Arc<str>>,
+    /// Its engine's concurrent-sequence capacity as the TTFT model sees it.
+    pub max_seqs: u32,
+    /// Prompt tokens the TTFT model predicted its engine would serve from cache, summed over
+    /// the requests routed to it (compare with the engine's `prefix_cache_hits`).
+    pub predicted_hit_tokens: u64,
 }
 
 #[derive(Debug)]
@@ -73,6 +79,7 @@ pub(crate) struct Pod {
     pub(crate) in_flight: u32,
     pub(crate) routed: u64,
     pub(crate) models: SmallVec<[ModelId; 2]>,
+    pub(crate) model: PodModel,
 }
 
 #[derive(Debug)]
@@ -139,7 +146,11 @@ impl Registry {
     }
 
     /// Creates the pod, or updates its address and readiness (keeping its in-flight count).
-    pub(crate) fn upsert_pod(&mut self, spec: PodSpec<'_>) -> Result<PodId, RegistryError> {
+    pub(crate) fn upsert_pod(
+        &mut self,
+        spec: PodSpec<'_>,
+        ttft: &TtftConfig,
+    ) -> Result<PodId, RegistryError> {
         if spec.name.is_empty() {
             return Err(RegistryError::EmptyPodName);
         }
@@ -164,6 +175,7 @@ impl Registry {
             in_flight: 0,
             routed: 0,
             models: SmallVec::new(),
+            model: PodModel::new(ttft),
         });
         self.pod_by_name.insert(name, id);
         Ok(id)
@@ -231,6 +243,8 @@ impl Registry {
                 .iter()
                 .map(|m| self.models[m.index()].name.clone())
                 .collect(),
+            max_seqs: p.model.max_seqs,
+            predicted_hit_tokens: p.model.predicted_hit_tokens,
         })
     }
 

@@ -1,7 +1,7 @@
 //! The router façade: one owner, `&mut self` for every change, no IO.
 
 use crate::config::{ConfigError, RouterConfig};
-use crate::decision::{Decision, LoadSnapshot, Reason};
+use crate::decision::{Decision, LoadSnapshot, Prediction, Reason};
 use crate::hash::{BlockHash, HashConfig};
 use crate::ids::{ModelId, PodId, Ticket};
 use crate::index::PrefixIndex;
@@ -11,6 +11,9 @@ use crate::stats::{match_bucket, ModelStats, RouterStats};
 use crate::strategy::{Strategy, StrategySpec};
 use crate::tickets::{Completion, Outcome, Released, TicketError, TicketTable};
 use crate::time::Timestamp;
+use crate::ttft::{
+    self, EngineSnapshot, Estimate, GlobalModel, Job, ObservedEngine, TicketContext,
+};
 
 /// One request to route.
 #[derive(Clone, Copy, Debug)]
@@ -62,6 +65,9 @@ struct Scratch {
     matched: Vec<u32>,
     order: Vec<usize>,
     totals: Vec<f64>,
+    ttft: Vec<f64>,
+    estimates: Vec<Estimate>,
+    ends: Vec<u64>,
 }
 
 /// The routing state machine. See the crate docs for the contract.
@@ -76,6 +82,7 @@ pub struct Router {
     // invariant: one entry per registry model, same order.
     model_stats: Vec<ModelStats>,
     unknown_model: u64,
+    global: GlobalModel,
     // invariant: the latest time passed in; every call uses max(now, latest).
     latest: Timestamp,
     scratch: Scratch,
@@ -95,6 +102,7 @@ impl Router {
             rng: fastrand::Rng::with_seed(crate::hash::mix64(seed ^ 0x0072_6e67)),
             model_stats: Vec::new(),
             unknown_model: 0,
+            global: GlobalModel::new(&config.ttft),
             latest: Timestamp::ZERO,
             scratch: Scratch::default(),
             config,
@@ -104,7 +112,8 @@ impl Router {
     /// Applies a new configuration without losing pods, in-flight counts or open tickets. The
     /// index is kept unless the hashing (block size or hash seed) changed, in which case its
     /// hashes mean nothing any more and it is cleared; a smaller capacity evicts the oldest
-    /// blocks. The PRNG is not reseeded.
+    /// blocks. The PRNG is not reseeded, and rates the TTFT model learned are kept (new priors
+    /// apply to pods added later).
     pub fn reconfigure(&mut self, config: RouterConfig) -> Result<(), ConfigError> {
         config.validate()?;
         let hash = config.hash_config()?;
@@ -140,7 +149,7 @@ impl Router {
         if model.is_empty() {
             return Err(RegistryError::EmptyModelName);
         }
-        let pod = self.registry.upsert_pod(spec)?;
+        let pod = self.registry.upsert_pod(spec, &self.config.ttft)?;
         let m = self.intern_model(model)?;
         self.registry.attach(m, pod)?;
         Ok(pod)
@@ -149,7 +158,30 @@ impl Router {
     /// Adds the pod or updates its address and readiness, keeping its in-flight count and
     /// models.
     pub fn upsert_pod(&mut self, spec: PodSpec<'_>) -> Result<PodId, RegistryError> {
-        self.registry.upsert_pod(spec)
+        self.registry.upsert_pod(spec, &self.config.ttft)
+    }
+
+    /// Sets the pod's engine capacity in concurrent sequences (vLLM `--max-num-seqs`) for the
+    /// TTFT model; 0 is treated as 1.
+    pub fn set_pod_capacity(&mut self, pod: PodId, max_seqs: u32) -> Result<(), RegistryError> {
+        self.registry.pod_mut(pod)?.model.max_seqs = max_seqs.max(1);
+        Ok(())
+    }
+
+    /// Records the pod's engine state as scraped at `at`. The TTFT model uses it until it is
+    /// older than `ttft.snapshot_max_age_ms`, adding engine load the router did not route.
+    pub fn observe_engine(
+        &mut self,
+        pod: PodId,
+        snapshot: EngineSnapshot,
+        at: Timestamp,
+    ) -> Result<(), RegistryError> {
+        self.registry.pod_mut(pod)?.model.engine = Some(ObservedEngine {
+            snapshot,
+            at,
+            routed_since: 0,
+        });
+        Ok(())
     }
 
     /// Sets whether the pod may receive new requests. Its in-flight count is kept.
@@ -260,6 +292,37 @@ impl Router {
         }
         let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
         let spec = req.strategy.unwrap_or(&self.config.default_strategy);
+
+        // The TTFT model: every candidate when the strategy needs it, else only the winner.
+        let block = self.hash.block_size() as f64;
+        let prompt_bytes = if total_blocks == 0 {
+            0.0
+        } else {
+            f64::from(total_blocks) * block + block / 2.0
+        };
+        let prompt_tokens = prompt_bytes / self.global.bytes_per_token.get();
+        let job_for = |c: &Candidate| Job {
+            prompt_tokens,
+            matched_bytes: f64::from(c.matched) * block,
+        };
+        s.estimates.clear();
+        s.ttft.clear();
+        if spec.contains(Strategy::LeastTtft) {
+            for c in &s.cands {
+                let pod = &self.registry.pods[c.pod.index()].model;
+                let e = ttft::estimate(
+                    pod,
+                    &self.global,
+                    &self.config.ttft,
+                    job_for(c),
+                    now,
+                    &mut s.ends,
+                );
+                s.ttft.push(e.ttft_ms);
+                s.estimates.push(e);
+            }
+        }
+        let mut runner_up = None;
         let (index, reason, imbalance) = match spec.as_single() {
             Some(Strategy::Random) => (
                 select::random(&s.cands, &mut self.rng),
@@ -271,6 +334,17 @@ impl Router {
                 Reason::LeastRequest,
                 false,
             ),
+            Some(Strategy::LeastTtft) => {
+                let (i, r) = select::least_ttft(
+                    &s.cands,
+                    &s.ttft,
+                    self.config.ttft.tie_ms,
+                    &mut self.rng,
+                    &mut s.order,
+                );
+                runner_up = r;
+                (i, Reason::LeastTtft, false)
+            }
             Some(Strategy::PrefixCache) => {
                 let params = PrefixCacheParams {
                     imbalance_abs_count: self.config.imbalance_abs_count,
@@ -290,6 +364,7 @@ impl Router {
                     &s.cands,
                     spec,
                     total_blocks,
+                    &s.ttft,
                     &mut self.rng,
                     &mut s.totals,
                     &mut s.order,
@@ -306,11 +381,39 @@ impl Router {
             ready: s.cands.len() as u32,
         };
 
+        let est = match s.estimates.get(index) {
+            Some(e) => *e,
+            None => {
+                let pod = &self.registry.pods[chosen.pod.index()].model;
+                ttft::estimate(
+                    pod,
+                    &self.global,
+                    &self.config.ttft,
+                    job_for(&chosen),
+                    now,
+                    &mut s.ends,
+                )
+            }
+        };
         self.index.insert(model, chosen.pod, req.hashes, now);
+        let context = TicketContext {
+            prompt_bytes,
+            queue_ms: est.queue_ms,
+            uncached_tokens: est.uncached_tokens,
+            cached_tokens: est.cached_tokens,
+        };
+        let ticket = self.tickets.issue(chosen.pod, model, now, context);
         let pod = &mut self.registry.pods[chosen.pod.index()];
         pod.in_flight += 1;
         pod.routed += 1;
-        let ticket = self.tickets.issue(chosen.pod, model, now);
+        ttft::commit(&mut pod.model, ticket, &est, now);
+        let prediction = Prediction {
+            ttft_ms: est.ttft_ms.round() as u32,
+            queue_ms: est.queue_ms.round() as u32,
+            cached_tokens: est.cached_tokens as u32,
+            prompt_tokens: prompt_tokens.round() as u32,
+            runner_up_ttft_ms: runner_up.map(|r: f64| r.round() as u32),
+        };
 
         let match_percent = select::match_percent(chosen.matched, total_blocks);
         let stats = &mut self.model_stats[model.index()];
@@ -333,6 +436,7 @@ impl Router {
             matched_blocks: chosen.matched,
             total_blocks,
             loads,
+            prediction,
         })
     }
 
@@ -347,11 +451,23 @@ impl Router {
         let now = self.clock(now);
         let open = self.tickets.take(ticket)?;
         self.tickets.stats.completed[outcome_index(completion.outcome)] += 1;
-        Ok(self.release(open.pod, open.model, open.issued, now))
+        if completion.outcome == Outcome::Success {
+            if let Ok(p) = self.registry.pod_mut(open.pod) {
+                ttft::learn(
+                    &mut p.model,
+                    &mut self.global,
+                    &self.config.ttft,
+                    &open.context,
+                    &completion.timings,
+                );
+            }
+        }
+        Ok(self.release(ticket, open.pod, open.model, open.issued, now))
     }
 
     fn release(
         &mut self,
+        ticket: Ticket,
         pod: PodId,
         model: ModelId,
         issued: Timestamp,
@@ -361,6 +477,7 @@ impl Router {
             Ok(p) => {
                 debug_assert!(p.in_flight > 0, "in-flight underflow on {pod}");
                 p.in_flight = p.in_flight.saturating_sub(1);
+                p.model.forget_ticket(ticket);
                 false
             }
             Err(_) => {
@@ -384,8 +501,8 @@ impl Router {
     pub fn handle_timeout(&mut self, now: Timestamp) {
         let now = self.clock(now);
         self.index.expire(now);
-        while let Some(t) = self.tickets.pop_expired(now, self.config.ticket_ttl_ms) {
-            self.release(t.pod, t.model, t.issued, now);
+        while let Some((ticket, t)) = self.tickets.pop_expired(now, self.config.ticket_ttl_ms) {
+            self.release(ticket, t.pod, t.model, t.issued, now);
         }
     }
 
@@ -441,6 +558,16 @@ impl Router {
             return Err(format!(
                 "open tickets on live pods {live_open} != in-flight sum {in_flight}"
             ));
+        }
+        for pod in self.registry.live_pods() {
+            let p = &self.registry.pods[pod.index()];
+            if p.model.ends.len() != p.in_flight as usize {
+                return Err(format!(
+                    "{pod}: {} predicted ends for {} in flight",
+                    p.model.ends.len(),
+                    p.in_flight
+                ));
+            }
         }
         self.index.check_invariants()
     }

@@ -17,14 +17,17 @@ pub enum Strategy {
     LeastRequest,
     /// AIBrix's prefix-cache procedure (spec §3.7).
     PrefixCache,
+    /// kvroute's predicted-time-to-first-token minimum (see [`crate::TtftConfig`]).
+    LeastTtft,
 }
 
 impl Strategy {
     /// Every strategy, in a stable order.
-    pub const ALL: [Strategy; 3] = [
+    pub const ALL: [Strategy; 4] = [
         Strategy::Random,
         Strategy::LeastRequest,
         Strategy::PrefixCache,
+        Strategy::LeastTtft,
     ];
 
     /// The name used in the `routing-strategy` header.
@@ -33,6 +36,7 @@ impl Strategy {
             Strategy::Random => "random",
             Strategy::LeastRequest => "least-request",
             Strategy::PrefixCache => "prefix-cache",
+            Strategy::LeastTtft => "least-ttft",
         }
     }
 

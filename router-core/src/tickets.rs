@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::ids::{ModelId, PodId, Ticket};
 use crate::time::Timestamp;
+use crate::ttft::TicketContext;
 
 /// How a request ended, as the shell saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -46,6 +47,8 @@ pub struct Timings {
     pub output_tokens: Option<u32>,
     /// Prompt tokens the engine served from its prefix cache, when it reports them.
     pub cached_tokens: Option<u32>,
+    /// Prompt tokens as the engine counted them (`usage.prompt_tokens`).
+    pub prompt_tokens: Option<u32>,
 }
 
 /// A completion report: the outcome plus whatever timings are known.
@@ -67,6 +70,7 @@ impl Completion {
                 total_ms: None,
                 output_tokens: None,
                 cached_tokens: None,
+                prompt_tokens: None,
             },
         }
     }
@@ -108,6 +112,7 @@ pub(crate) struct OpenTicket {
     pub(crate) pod: PodId,
     pub(crate) model: ModelId,
     pub(crate) issued: Timestamp,
+    pub(crate) context: TicketContext,
 }
 
 /// Counters of the ticket table.
@@ -135,7 +140,13 @@ pub(crate) struct TicketTable {
 }
 
 impl TicketTable {
-    pub(crate) fn issue(&mut self, pod: PodId, model: ModelId, now: Timestamp) -> Ticket {
+    pub(crate) fn issue(
+        &mut self,
+        pod: PodId,
+        model: ModelId,
+        now: Timestamp,
+        context: TicketContext,
+    ) -> Ticket {
         let t = self.next;
         self.next += 1;
         self.open.insert(
@@ -144,6 +155,7 @@ impl TicketTable {
                 pod,
                 model,
                 issued: now,
+                context,
             },
         );
         self.stats.issued += 1;
@@ -165,13 +177,17 @@ impl TicketTable {
     }
 
     /// Removes and returns the oldest open ticket if it was issued `ttl_ms` or more before `now`.
-    pub(crate) fn pop_expired(&mut self, now: Timestamp, ttl_ms: u64) -> Option<OpenTicket> {
+    pub(crate) fn pop_expired(
+        &mut self,
+        now: Timestamp,
+        ttl_ms: u64,
+    ) -> Option<(Ticket, OpenTicket)> {
         let (_, first) = self.open.first_key_value()?;
         if now.millis_since(first.issued) < ttl_ms {
             return None;
         }
         self.stats.expired += 1;
-        self.open.pop_first().map(|(_, t)| t)
+        self.open.pop_first().map(|(k, t)| (Ticket(k), t))
     }
 
     pub(crate) fn next_expiry(&self, ttl_ms: u64) -> Option<Timestamp> {

@@ -44,7 +44,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..6, any::<bool>()).prop_map(|(pod, ready)| Op::AddPod { pod, ready }),
         2 => (0u8..6, any::<bool>()).prop_map(|(pod, ready)| Op::SetReady { pod, ready }),
         1 => (0u8..6).prop_map(|pod| Op::RemovePod { pod }),
-        8 => (0u8..5, 0u8..12, 0u8..4, 0u16..2_000).prop_map(|(family, len_blocks, strategy, dt)| Op::Route { family, len_blocks, strategy, dt }),
+        8 => (0u8..5, 0u8..12, 0u8..6, 0u16..2_000).prop_map(|(family, len_blocks, strategy, dt)| Op::Route { family, len_blocks, strategy, dt }),
         5 => (any::<u8>(), 0u8..3).prop_map(|(nth, outcome)| Op::Complete { nth, outcome }),
         1 => any::<u64>().prop_map(|raw| Op::CompleteBogus { raw }),
         1 => (0u32..400_000).prop_map(|dt| Op::Tick { dt }),
@@ -74,6 +74,8 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
         StrategySpec::single(Routing::LeastRequest),
         StrategySpec::single(Routing::PrefixCache),
         StrategySpec::parse("prefix-cache:2,least-request,random").unwrap(),
+        StrategySpec::single(Routing::LeastTtft),
+        StrategySpec::parse("least-ttft:3,prefix-cache").unwrap(),
     ];
     let mut now = 0u64;
     let mut open: Vec<Ticket> = Vec::new();

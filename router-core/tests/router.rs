@@ -415,3 +415,155 @@ fn hot50_prefix_cache_pins_the_hot_family_while_least_request_splits() {
         "least-request splits the traffic: {total_on_b}/96 on B"
     );
 }
+
+fn ttft_config() -> RouterConfig {
+    RouterConfig {
+        seed: 21,
+        default_strategy: Strategy::LeastTtft.into(),
+        ttft: kvroute_core::TtftConfig {
+            engine_block_tokens: 1_568,
+            max_seqs: 8,
+            bytes_per_token: 5.6,
+            tpot_ms: 57.0,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// least-ttft keeps a family on its cached pod while there is room, and spills to the other
+/// pod (paying one cold prefill) once waiting for a slot would cost more than prefilling.
+/// Arrivals at the study's 1.6 requests/s.
+#[test]
+fn least_ttft_prices_cache_hits_against_queueing() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    let mut rng = fastrand::Rng::with_seed(1);
+    let s = salt(&mut rng);
+    let h = r.hash_config().hashes(study_prompt(&s, 0, 1).as_bytes());
+    let first = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    assert_eq!(first.reason, Reason::LeastTtft);
+    let home = first.pod;
+    let mut placed = vec![home];
+    for i in 1..12u64 {
+        let h = r
+            .hash_config()
+            .hashes(study_prompt(&s, 0, 1 + i as u32).as_bytes());
+        let d = r.route(RouteRequest::new(MODEL, &h), t(i * 625)).unwrap();
+        assert!(d.prediction.runner_up_ttft_ms.is_some());
+        assert!(d.to_string().contains("runner_up_ttft_ms="), "{d}");
+        placed.push(d.pod);
+    }
+    let on_home = placed.iter().filter(|p| **p == home).count();
+    assert!(
+        placed[..8].iter().all(|p| *p == home),
+        "hits while the home pod has free slots: {placed:?}"
+    );
+    assert!(on_home < 12, "spills once the home pod is full: {placed:?}");
+    let other = pods.iter().find(|p| **p != home).unwrap();
+    // Once spilled, the other pod holds the prefix too and later requests find hits there.
+    let d = r.route(RouteRequest::new(MODEL, &h), t(12 * 625)).unwrap();
+    if d.pod == *other {
+        assert!(d.matched_blocks > 0);
+    }
+    r.check_invariants().unwrap();
+}
+
+/// Completion timings teach the model: a pod reported slow gets its prefill rate lowered.
+#[test]
+fn least_ttft_learns_from_completion_timings() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    let prompt = vec![b'a'; 28_000];
+    let mut worst_seen = 0;
+    for i in 0..20u64 {
+        let mut p = prompt.clone();
+        p[0] = b'A' + (i % 26) as u8; // fresh prefix every time: no cache hits
+        let h = r.hash_config().hashes(&p);
+        let d = r
+            .route(
+                RouteRequest::new(MODEL, &h)
+                    .with_strategy(&StrategySpec::single(Strategy::LeastRequest)),
+                t(i * 10_000),
+            )
+            .unwrap();
+        // pods[0] prefills at 1,000 tokens/s, pods[1] at the prior's 3,000.
+        let rate = if d.pod == pods[0] { 1_000.0 } else { 3_000.0 };
+        let ttft = 50 + (f64::from(d.prediction.prompt_tokens) / rate * 1000.0) as u64;
+        let timings = kvroute_core::Timings {
+            first_token_ms: Some(ttft),
+            total_ms: Some(ttft + 127 * 57),
+            output_tokens: Some(128),
+            prompt_tokens: Some(d.prediction.prompt_tokens),
+            cached_tokens: Some(0),
+        };
+        r.complete(
+            d.ticket,
+            Completion {
+                outcome: Outcome::Success,
+                timings,
+            },
+            t(i * 10_000 + 9_000),
+        )
+        .unwrap();
+        worst_seen = worst_seen.max(ttft);
+    }
+    let h = r.hash_config().hashes(&[b'z'; 28_000]);
+    let d = r.route(RouteRequest::new(MODEL, &h), t(300_000)).unwrap();
+    assert_eq!(d.pod, pods[1], "the slow pod is avoided once learned: {d}");
+    let slow = d.prediction.runner_up_ttft_ms.unwrap();
+    assert!(slow > d.prediction.ttft_ms * 2, "learned the 3x gap: {d}");
+    // Failed completions teach nothing.
+    let before = r.route(RouteRequest::new(MODEL, &h), t(300_001)).unwrap();
+    let timings = kvroute_core::Timings {
+        first_token_ms: Some(1),
+        ..Default::default()
+    };
+    r.complete(
+        before.ticket,
+        Completion {
+            outcome: Outcome::Failed,
+            timings,
+        },
+        t(300_002),
+    )
+    .unwrap();
+    let after = r.route(RouteRequest::new(MODEL, &h), t(300_003)).unwrap();
+    assert_eq!(
+        before.prediction.runner_up_ttft_ms.is_some(),
+        after.prediction.runner_up_ttft_ms.is_some()
+    );
+    assert!(worst_seen > 0);
+}
+
+#[test]
+fn engine_snapshots_show_load_from_other_routers_until_stale() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    // pods[0] reports a full engine (another router's traffic); pods[1] is idle.
+    let busy = kvroute_core::EngineSnapshot {
+        running: 8,
+        waiting: 4,
+        ..Default::default()
+    };
+    r.observe_engine(pods[0], busy, t(1_000)).unwrap();
+    for i in 0..4 {
+        let d = r
+            .route(RouteRequest::new(MODEL, &[]), t(1_000 + i))
+            .unwrap();
+        assert_eq!(d.pod, pods[1], "{d}");
+        r.complete(d.ticket, Outcome::Success.into(), t(1_000 + i))
+            .unwrap();
+    }
+    // After snapshot_max_age_ms (2 s) it is ignored and both pods are candidates again.
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..20 {
+        let d = r
+            .route(RouteRequest::new(MODEL, &[]), t(3_100 + i))
+            .unwrap();
+        seen.insert(d.pod);
+        r.complete(d.ticket, Outcome::Success.into(), t(3_100 + i))
+            .unwrap();
+    }
+    assert_eq!(seen.len(), 2);
+    assert!(r
+        .observe_engine(kvroute_core::PodId::from_u32(77), busy, t(0))
+        .is_err());
+}

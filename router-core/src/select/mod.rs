@@ -3,11 +3,13 @@
 //! choice.
 
 mod least_request;
+mod least_ttft;
 mod prefix_cache;
 mod random;
 mod weighted;
 
 pub(crate) use least_request::least_loaded;
+pub(crate) use least_ttft::least_ttft;
 pub(crate) use prefix_cache::{prefix_cache, PrefixCacheParams};
 pub(crate) use random::random;
 pub(crate) use weighted::weighted;

@@ -1,7 +1,8 @@
 //! Weighted multi-strategy specs such as `prefix-cache:2,least-request` (spec §2.4).
 //!
 //! Each strategy scores every candidate: prefix-cache by match % (higher is better),
-//! least-request by in-flight count (lower is better) and random by a uniform draw (kvroute's
+//! least-request by in-flight count and least-ttft by predicted TTFT (lower is better), and
+//! random by a uniform draw (kvroute's
 //! choice: AIBrix does not document a score for random). Scores are min-max normalised to
 //! `[0, 1]` (all equal → 1), combined as `Σ norm × weight / Σ weight`, and the highest total
 //! wins with a 1e-9 tolerance; ties go to the first candidate in a shuffled order. As in AIBrix
@@ -16,6 +17,7 @@ pub(crate) fn weighted(
     cands: &[Candidate],
     spec: &StrategySpec,
     total_blocks: u32,
+    ttft_ms: &[f64],
     rng: &mut fastrand::Rng,
     totals: &mut Vec<f64>,
     order: &mut Vec<usize>,
@@ -32,8 +34,9 @@ pub(crate) fn weighted(
                 .collect(),
             Strategy::LeastRequest => cands.iter().map(|c| f64::from(c.load)).collect(),
             Strategy::Random => cands.iter().map(|_| rng.f64()).collect(),
+            Strategy::LeastTtft => ttft_ms.to_vec(),
         };
-        let higher_is_better = strategy != Strategy::LeastRequest;
+        let higher_is_better = matches!(strategy, Strategy::PrefixCache | Strategy::Random);
         let min = scores.iter().copied().fold(f64::INFINITY, f64::min);
         let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         for (total, s) in totals.iter_mut().zip(&scores) {
@@ -65,10 +68,12 @@ mod tests {
 
     fn run(cands: &[Candidate], spec: &str, total: u32, seed: u64) -> usize {
         let spec = StrategySpec::parse(spec).unwrap();
+        let ttft = vec![0.0; cands.len()];
         weighted(
             cands,
             &spec,
             total,
+            &ttft,
             &mut fastrand::Rng::with_seed(seed),
             &mut Vec::new(),
             &mut Vec::new(),

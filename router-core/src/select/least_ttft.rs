@@ -1,0 +1,71 @@
+//! `least-ttft`: the pod with the smallest predicted time to first token (model in
+//! [`crate::TtftConfig`]). Predictions within `tie_ms` of the best tie; ties go to the better
+//! prefix match, then the lower load, then the seeded PRNG.
+
+use super::Candidate;
+
+/// The index of the winner and the best prediction among the others (if any). `cands` and
+/// `ttft_ms` are parallel and non-empty; `order` is scratch space.
+pub(crate) fn least_ttft(
+    cands: &[Candidate],
+    ttft_ms: &[f64],
+    tie_ms: f64,
+    rng: &mut fastrand::Rng,
+    order: &mut Vec<usize>,
+) -> (usize, Option<f64>) {
+    let best = ttft_ms.iter().copied().fold(f64::INFINITY, f64::min);
+    order.clear();
+    order.extend((0..cands.len()).filter(|&i| ttft_ms[i] <= best + tie_ms));
+    let top_match = order.iter().map(|&i| cands[i].matched).max().unwrap_or(0);
+    order.retain(|&i| cands[i].matched == top_match);
+    let low_load = order.iter().map(|&i| cands[i].load).min().unwrap_or(0);
+    order.retain(|&i| cands[i].load == low_load);
+    let winner = order[rng.usize(..order.len())];
+    let runner_up = ttft_ms
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != winner)
+        .map(|(_, &t)| t)
+        .reduce(f64::min);
+    (winner, runner_up)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::PodId;
+
+    fn c(pod: u32, load: u32, matched: u32) -> Candidate {
+        Candidate {
+            pod: PodId(pod),
+            load,
+            matched,
+        }
+    }
+
+    #[test]
+    fn minimum_wins_and_reports_the_runner_up() {
+        let cands = [c(0, 0, 0), c(1, 5, 9), c(2, 1, 0)];
+        let (w, r) = least_ttft(
+            &cands,
+            &[900.0, 150.0, 400.0],
+            1.0,
+            &mut fastrand::Rng::with_seed(1),
+            &mut Vec::new(),
+        );
+        assert_eq!((w, r), (1, Some(400.0)));
+    }
+
+    #[test]
+    fn ties_prefer_match_then_load_then_random() {
+        let cands = [c(0, 3, 2), c(1, 1, 2), c(2, 0, 1), c(3, 1, 2)];
+        let ttft = [100.0, 100.4, 100.0, 100.9];
+        let mut seen = [0; 4];
+        let mut rng = fastrand::Rng::with_seed(2);
+        for _ in 0..200 {
+            seen[least_ttft(&cands, &ttft, 1.0, &mut rng, &mut Vec::new()).0] += 1;
+        }
+        assert_eq!(seen[0] + seen[2], 0, "{seen:?}");
+        assert!(seen[1] > 50 && seen[3] > 50, "{seen:?}");
+    }
+}
