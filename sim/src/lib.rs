@@ -1,1 +1,27 @@
-//! Placeholder until the sim crate lands.
+//! # kvroute-sim
+//!
+//! A deterministic discrete-event simulator of vLLM V1 replicas that routes every request with
+//! the real [`kvroute_core::Router`], the seed study as a command, and the same engine model
+//! served in real time as a fake vLLM server, with a study-shaped load client.
+//!
+//! Modules, one concept each:
+//! - [`engine`]: one replica's scheduler, prefix cache, KV pool and step-time model;
+//! - [`tokenizer`]: the deterministic tokenizer model;
+//! - [`workload`]: the study's scenarios and the JSONL trace format;
+//! - [`cluster`]: the discrete-event loop (router + replicas + client);
+//! - [`study`]: the study's phases and rounds;
+//! - [`report`]: metrics, the study table and per-request records;
+//! - [`plot`]: the SVG plot of TTFT over time;
+//! - [`serve`]: the fake vLLM HTTP server;
+//! - [`replay`]: the load client for a live endpoint.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod cli;
+pub mod engine;
+pub mod replay;
+pub mod report;
+pub mod serve;
+pub mod tokenizer;
+pub mod workload;

@@ -1,0 +1,227 @@
+//! The `kvroute-sim` command line: `study`, `run`, `serve` and `replay`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::engine::EngineConfig;
+use crate::replay::{self, ReplayConfig};
+use crate::serve::{self, ServeConfig};
+use crate::workload::Scenario;
+
+/// kvroute's simulator, fake vLLM server and load client.
+#[derive(Parser, Debug)]
+#[command(name = "kvroute-sim", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Serve the engine model in real time as a fake vLLM server.
+    Serve(ServeArgs),
+    /// Send a study-shaped load to a live endpoint and report it.
+    Replay(ReplayArgs),
+}
+
+/// Engine parameters shared by the commands that run engines.
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = EngineConfig::default().max_num_seqs)]
+    max_num_seqs: u32,
+    /// Token budget of one step.
+    #[arg(long, default_value_t = EngineConfig::default().max_num_batched_tokens)]
+    max_num_batched_tokens: u32,
+    /// Prefix-cache block size in tokens.
+    #[arg(long, default_value_t = EngineConfig::default().block_size)]
+    block_size: u32,
+    /// KV capacity in blocks.
+    #[arg(long, default_value_t = EngineConfig::default().kv_capacity_blocks)]
+    kv_blocks: u32,
+}
+
+impl EngineArgs {
+    /// The engine configuration these flags give.
+    pub fn config(&self) -> EngineConfig {
+        EngineConfig {
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            block_size: self.block_size,
+            kv_capacity_blocks: self.kv_blocks,
+            ..EngineConfig::default()
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+struct ServeArgs {
+    /// Address to bind.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to bind (0 picks a free one; the chosen port is printed).
+    #[arg(long, default_value_t = 0)]
+    port: u16,
+    /// Replica name, returned in `x-kvroute-sim-replica`.
+    #[arg(long)]
+    name: String,
+    /// The served model name.
+    #[arg(long, default_value = "study")]
+    model: String,
+    /// Run the engine model this many times faster than real time.
+    #[arg(long, default_value_t = 1.0)]
+    speedup: f64,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Args, Debug)]
+struct ReplayArgs {
+    /// The endpoint (usually the gateway), `http://host:port`.
+    #[arg(long)]
+    url: String,
+    /// cold, warm (= warm-4-4), warm-6-2, hot50 or hot90.
+    #[arg(long, default_value = "hot50")]
+    scenario: String,
+    /// `routing-strategy` header values; each is one phase, in order.
+    #[arg(long = "strategy", num_args = 1..)]
+    strategies: Vec<String>,
+    /// Planned arrivals per phase.
+    #[arg(long, default_value_t = 96)]
+    requests: usize,
+    /// Arrival rate, requests per model second.
+    #[arg(long, default_value_t = 1.6)]
+    rate: f64,
+    /// The servers' speed-up (divides inter-arrival times; measurements are scaled back).
+    #[arg(long, default_value_t = 1.0)]
+    speedup: f64,
+    /// Round seed: the family order (102 = round 1, 103 = round 2).
+    #[arg(long, default_value_t = 102)]
+    seed: u64,
+    /// Output tokens per request.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: u32,
+    /// Write per-request records (JSONL) here.
+    #[arg(long)]
+    records: Option<PathBuf>,
+    /// Per-request timeout in real seconds (default 120 / speedup + 5).
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Replica URLs to reset (and, for warm, to warm) directly before each phase.
+    #[arg(long = "direct", num_args = 1..)]
+    direct: Vec<String>,
+    /// The model name sent in requests.
+    #[arg(long, default_value = "study")]
+    model: String,
+    /// Do not print the per-request table.
+    #[arg(long)]
+    quiet: bool,
+}
+
+/// Parses the arguments and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Serve(a) => serve_cmd(a),
+        Command::Replay(a) => replay_cmd(a),
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("error: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        })
+}
+
+fn serve_cmd(a: ServeArgs) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(c) => return c,
+    };
+    let cfg = ServeConfig {
+        host: a.host,
+        port: a.port,
+        name: a.name,
+        model: a.model,
+        speedup: a.speedup,
+        engine: a.engine.config(),
+    };
+    match rt.block_on(serve::run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn replay_cmd(a: ReplayArgs) -> ExitCode {
+    let scenario = match Scenario::parse(&a.scenario) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cfg = ReplayConfig {
+        url: a.url,
+        scenario,
+        strategies: a.strategies,
+        requests: a.requests,
+        rate: a.rate,
+        speedup: a.speedup,
+        seed: a.seed,
+        max_tokens: a.max_tokens,
+        records: a.records,
+        timeout_s: a.timeout,
+        direct: a.direct,
+        model: a.model,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(c) => return c,
+    };
+    let phases = match rt.block_on(replay::run(&cfg)) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    for p in &phases {
+        println!(
+            "== {} · strategy {} ==",
+            p.summary.label, p.summary.strategy
+        );
+        for n in &p.notes {
+            println!("note: {n}");
+        }
+        if !a.quiet {
+            print!("{}", crate::report::request_table(&p.records));
+        }
+        let failed: Vec<_> = p.records.iter().filter(|r| !r.success).collect();
+        if let Some(r) = failed.first() {
+            println!(
+                "{} request(s) failed; first: #{} {}",
+                failed.len(),
+                r.index,
+                r.error.as_deref().unwrap_or("?")
+            );
+        }
+        println!();
+    }
+    let rows: Vec<_> = phases.iter().map(|p| p.summary.clone()).collect();
+    print!("{}", crate::report::study_table(&rows));
+    if rows.iter().all(|r| r.succeeded == 0) {
+        eprintln!("error: no request succeeded");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,448 @@
+//! A deterministic model of one vLLM V1 replica: FCFS waiting queue, up to `max_num_seqs`
+//! running sequences, a per-step token budget with chunked prefill, prefix caching over whole
+//! blocks, KV capacity with LRU eviction and recompute preemption, and a step-time model.
+//!
+//! ## Contract
+//! - The engine never reads a clock. A driver calls [`Engine::start_step`] at time `t`, which
+//!   schedules one batch and returns its duration `d`, then [`Engine::finish_step`] at `t + d`,
+//!   which applies the batch and reports the tokens it produced. The same calls give the same
+//!   results on every platform; the discrete-event study and the real-time server share it.
+//! - Scheduling follows vLLM V1: running requests first (each gets the rest of its prompt, up
+//!   to the budget, or one decode token), then waiting requests in arrival order while a
+//!   sequence slot, budget and KV blocks are free. A request that cannot get blocks blocks the
+//!   queue (FCFS). A running request that cannot get a block preempts the newest running
+//!   request, which goes back to the head of the queue and recomputes.
+//! - Prefix caching: at admission the leading prompt blocks already cached are reused, at most
+//!   `⌊(prompt − 1) / block⌋` blocks (one token is always computed). A prompt block becomes
+//!   reusable by later requests when the step that computes it finishes.
+//! - Counters are cumulative: prefix-cache queries (prompt tokens at each admission) and hits
+//!   (tokens reused), as vLLM's `prefix_cache_queries`/`prefix_cache_hits`.
+
+mod cache;
+mod config;
+
+pub use config::{EngineConfig, EngineConfigError, StepTimeModel};
+
+use std::collections::VecDeque;
+
+use cache::BlockPool;
+use xxhash_rust::xxh64::xxh64;
+
+/// An engine-local request id chosen by the driver (unique among live requests).
+pub type RequestId = u64;
+
+/// A request rejected at submission.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The prompt has no token.
+    #[error("prompt is empty")]
+    EmptyPrompt,
+    /// `max_tokens` is 0.
+    #[error("max_tokens must be at least 1")]
+    ZeroMaxTokens,
+    /// Prompt + output exceed `max_model_len`.
+    #[error("prompt of {prompt} tokens + {max_tokens} output tokens exceeds max-model-len {max_model_len}")]
+    TooLong {
+        /// Prompt tokens.
+        prompt: u32,
+        /// Output tokens asked for.
+        max_tokens: u32,
+        /// The engine's limit.
+        max_model_len: u32,
+    },
+    /// A live request already has this id.
+    #[error("request id {0} is already in use")]
+    DuplicateId(RequestId),
+}
+
+/// One token produced by a step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenEvent {
+    /// The request.
+    pub id: RequestId,
+    /// Output tokens generated so far, this one included (1 for the first token).
+    pub generated: u32,
+    /// Prompt tokens served from the prefix cache at the request's (last) admission.
+    pub cached_tokens: u32,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Whether this was the last token (`generated == max_tokens`); the request is gone.
+    pub finished: bool,
+}
+
+/// A snapshot of the engine's counters and gauges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+pub struct EngineCounters {
+    /// Prompt tokens looked up in the prefix cache (cumulative).
+    pub prefix_cache_queries: u64,
+    /// Prompt tokens found there (cumulative).
+    pub prefix_cache_hits: u64,
+    /// Requests running now.
+    pub running: u32,
+    /// Requests waiting now.
+    pub waiting: u32,
+    /// Share of KV blocks held by requests, 0..=1.
+    pub kv_usage: f64,
+    /// Steps run (cumulative).
+    pub steps: u64,
+    /// Preemptions (cumulative).
+    pub preemptions: u64,
+    /// Cached blocks evicted (cumulative).
+    pub evictions: u64,
+    /// Prompt tokens computed, not reused (cumulative).
+    pub prompt_tokens_computed: u64,
+    /// Output tokens generated (cumulative).
+    pub generation_tokens: u64,
+    /// Requests finished (cumulative).
+    pub finished: u64,
+}
+
+#[derive(Debug)]
+struct Req {
+    id: RequestId,
+    prompt_len: u32,
+    max_tokens: u32,
+    // Chained hashes of the prompt's complete blocks.
+    hashes: Vec<u64>,
+    // Tokens in the KV cache.
+    computed: u32,
+    generated: u32,
+    // Leading prompt blocks held as cached (shared) blocks.
+    shared: Vec<u64>,
+    // Blocks held privately.
+    private: u32,
+    cached_tokens: u32,
+}
+
+impl Req {
+    fn num_tokens(&self) -> u32 {
+        self.prompt_len + self.generated
+    }
+    fn blocks_held(&self) -> u32 {
+        self.shared.len() as u32 + self.private
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Scheduled {
+    id: RequestId,
+    tokens: u32,
+}
+
+/// One simulated replica. See the module docs for the contract.
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    pool: BlockPool,
+    waiting: VecDeque<Req>,
+    running: Vec<Req>,
+    batch: Vec<Scheduled>,
+    in_step: bool,
+    counters: EngineCounters,
+}
+
+/// The chained hashes of the complete `block_size`-token blocks of `tokens`.
+pub fn block_hashes(tokens: &[u32], block_size: u32) -> Vec<u64> {
+    let mut parent = 0x6b76_7369_6d00_0001u64;
+    let mut buf = Vec::with_capacity(8 + 4 * block_size as usize);
+    tokens
+        .chunks_exact(block_size.max(1) as usize)
+        .map(|block| {
+            buf.clear();
+            buf.extend_from_slice(&parent.to_le_bytes());
+            for t in block {
+                buf.extend_from_slice(&t.to_le_bytes());
+            }
+            parent = xxh64(&buf, 0);
+            parent
+        })
+        .collect()
+}
+
+impl Engine {
+    /// An idle engine with an empty cache.
+    pub fn new(config: EngineConfig) -> Result<Engine, EngineConfigError> {
+        config.validate()?;
+        Ok(Engine {
+            pool: BlockPool::new(config.kv_capacity_blocks),
+            config,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            batch: Vec::new(),
+            in_step: false,
+            counters: EngineCounters::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Queues a request (FCFS) with the prompt's token ids.
+    pub fn submit(
+        &mut self,
+        id: RequestId,
+        tokens: &[u32],
+        max_tokens: u32,
+    ) -> Result<(), SubmitError> {
+        let prompt = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
+        if prompt == 0 {
+            return Err(SubmitError::EmptyPrompt);
+        }
+        if max_tokens == 0 {
+            return Err(SubmitError::ZeroMaxTokens);
+        }
+        if u64::from(prompt) + u64::from(max_tokens) > u64::from(self.config.max_model_len) {
+            return Err(SubmitError::TooLong {
+                prompt,
+                max_tokens,
+                max_model_len: self.config.max_model_len,
+            });
+        }
+        if self.contains(id) {
+            return Err(SubmitError::DuplicateId(id));
+        }
+        let hashes = if self.config.prefix_caching {
+            block_hashes(tokens, self.config.block_size)
+        } else {
+            Vec::new()
+        };
+        self.waiting.push_back(Req {
+            id,
+            prompt_len: prompt,
+            max_tokens,
+            hashes,
+            computed: 0,
+            generated: 0,
+            shared: Vec::new(),
+            private: 0,
+            cached_tokens: 0,
+        });
+        Ok(())
+    }
+
+    /// Whether a live request has this id.
+    pub fn contains(&self, id: RequestId) -> bool {
+        self.running.iter().chain(&self.waiting).any(|r| r.id == id)
+    }
+
+    /// Whether there is anything to schedule.
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || !self.waiting.is_empty()
+    }
+
+    /// Caches a prompt's complete blocks as if a request had just run it (no time passes).
+    pub fn prime(&mut self, tokens: &[u32]) {
+        if self.config.prefix_caching {
+            let hashes = block_hashes(tokens, self.config.block_size);
+            self.pool.prime(&hashes);
+        }
+    }
+
+    /// Forgets every cached block not held by a request; false (nothing changes) while
+    /// requests hold cached blocks.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        self.pool.reset()
+    }
+
+    /// Removes a request (client gone). Its blocks are released; a request in the current
+    /// step is dropped from its results. Returns whether it was live.
+    pub fn abort(&mut self, id: RequestId) -> bool {
+        self.batch.retain(|s| s.id != id);
+        if let Some(i) = self.running.iter().position(|r| r.id == id) {
+            let r = self.running.remove(i);
+            self.release(&r);
+            return true;
+        }
+        if let Some(i) = self.waiting.iter().position(|r| r.id == id) {
+            if let Some(r) = self.waiting.remove(i) {
+                self.release(&r);
+            }
+            return true;
+        }
+        false
+    }
+
+    /// The counters and gauges now.
+    pub fn counters(&self) -> EngineCounters {
+        EngineCounters {
+            running: self.running.len() as u32,
+            waiting: self.waiting.len() as u32,
+            kv_usage: f64::from(self.pool.in_use()) / f64::from(self.pool.capacity()),
+            evictions: self.pool.evictions(),
+            ..self.counters
+        }
+    }
+
+    fn release(&mut self, r: &Req) {
+        self.pool.release(&r.shared);
+        self.pool.free_private(r.private);
+    }
+
+    fn blocks_for(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.config.block_size)
+    }
+
+    /// Moves the newest running request back to the head of the queue, freeing its blocks.
+    fn preempt_last(&mut self) {
+        if let Some(mut r) = self.running.pop() {
+            self.release(&r);
+            r.shared.clear();
+            r.private = 0;
+            r.computed = 0;
+            self.counters.preemptions += 1;
+            self.waiting.push_front(r);
+        }
+    }
+
+    /// Schedules one batch at the current time and returns its duration in µs, or `None` if
+    /// there is nothing to run (or a step is already in progress).
+    pub fn start_step(&mut self) -> Option<u64> {
+        if self.in_step || !self.has_work() {
+            return None;
+        }
+        self.batch.clear();
+        let mut budget = self.config.max_num_batched_tokens;
+        let mut decode_seqs = 0u32;
+        let mut prefill_tokens = 0u32;
+        let mut preempted = false;
+
+        // 1. Running requests, oldest first.
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let (want, held) = {
+                let r = &self.running[i];
+                (r.num_tokens() - r.computed, r.blocks_held())
+            };
+            let n = want.min(budget);
+            let need = self
+                .blocks_for(self.running[i].computed + n)
+                .saturating_sub(held);
+            if need > 0 && !self.pool.reserve(need) {
+                // Preempt the newest running request (possibly this one) and retry.
+                let last = self.running.len() - 1;
+                self.preempt_last();
+                preempted = true;
+                if last == i {
+                    break;
+                }
+                continue;
+            }
+            let r = &mut self.running[i];
+            r.private += need;
+            if r.computed >= r.prompt_len && n == 1 {
+                decode_seqs += 1;
+            } else {
+                prefill_tokens += n;
+            }
+            budget -= n;
+            self.batch.push(Scheduled {
+                id: r.id,
+                tokens: n,
+            });
+            i += 1;
+        }
+
+        // 2. Waiting requests, FCFS, unless this step preempted.
+        while !preempted && budget > 0 && (self.running.len() as u32) < self.config.max_num_seqs {
+            let Some(head) = self.waiting.front() else {
+                break;
+            };
+            let bs = self.config.block_size;
+            let max_hit_blocks = ((head.num_tokens() - 1) / bs) as usize;
+            let hit_blocks = self
+                .pool
+                .longest_prefix(&head.hashes[..head.hashes.len().min(max_hit_blocks)]);
+            let hit_tokens = hit_blocks as u32 * bs;
+            let n = (head.num_tokens() - hit_tokens).min(budget);
+            let need = self.blocks_for(hit_tokens + n) - hit_blocks as u32;
+            let hit: Vec<u64> = head.hashes[..hit_blocks].to_vec();
+            self.pool.acquire(&hit);
+            if !self.pool.reserve(need) {
+                self.pool.release(&hit);
+                break;
+            }
+            let Some(mut r) = self.waiting.pop_front() else {
+                break;
+            };
+            r.shared = hit;
+            r.private = need;
+            r.computed = hit_tokens;
+            r.cached_tokens = hit_tokens;
+            self.counters.prefix_cache_queries += u64::from(r.num_tokens());
+            self.counters.prefix_cache_hits += u64::from(hit_tokens);
+            prefill_tokens += n;
+            budget -= n;
+            self.batch.push(Scheduled {
+                id: r.id,
+                tokens: n,
+            });
+            self.running.push(r);
+        }
+
+        if self.batch.is_empty() {
+            return None;
+        }
+        self.in_step = true;
+        self.counters.steps += 1;
+        Some(self.config.step.step_us(decode_seqs, prefill_tokens))
+    }
+
+    /// Applies the batch scheduled by [`Engine::start_step`] and appends the tokens it produced
+    /// (one per request that completed its scheduled tokens) to `out`. Finished requests leave
+    /// the engine. Does nothing if no step is in progress.
+    pub fn finish_step(&mut self, out: &mut Vec<TokenEvent>) {
+        if !self.in_step {
+            return;
+        }
+        self.in_step = false;
+        let bs = self.config.block_size;
+        let batch = std::mem::take(&mut self.batch);
+        for s in &batch {
+            let Some(i) = self.running.iter().position(|r| r.id == s.id) else {
+                continue;
+            };
+            let r = &mut self.running[i];
+            let before = r.computed;
+            r.computed += s.tokens;
+            if before < r.prompt_len {
+                self.counters.prompt_tokens_computed +=
+                    u64::from(r.computed.min(r.prompt_len) - before);
+            }
+            // Newly complete prompt blocks become reusable.
+            let full = ((r.computed.min(r.prompt_len)) / bs) as usize;
+            while r.shared.len() < full.min(r.hashes.len()) {
+                let h = r.hashes[r.shared.len()];
+                if self.pool.promote(h) {
+                    r.private -= 1;
+                    r.shared.push(h);
+                } else {
+                    break;
+                }
+            }
+            if r.computed == r.num_tokens() {
+                r.generated += 1;
+                self.counters.generation_tokens += 1;
+                let finished = r.generated >= r.max_tokens;
+                out.push(TokenEvent {
+                    id: r.id,
+                    generated: r.generated,
+                    cached_tokens: r.cached_tokens,
+                    prompt_tokens: r.prompt_len,
+                    finished,
+                });
+                if finished {
+                    let r = self.running.remove(i);
+                    self.release(&r);
+                    self.counters.finished += 1;
+                }
+            }
+        }
+        self.batch = batch;
+        self.batch.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests;

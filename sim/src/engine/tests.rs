@@ -1,0 +1,129 @@
+use super::*;
+
+fn run_to_end(e: &mut Engine) -> (u64, Vec<(u64, TokenEvent)>) {
+    let mut t = 0u64;
+    let mut all = Vec::new();
+    let mut out = Vec::new();
+    while let Some(d) = e.start_step() {
+        t += d;
+        out.clear();
+        e.finish_step(&mut out);
+        all.extend(out.iter().map(|ev| (t, *ev)));
+    }
+    (t, all)
+}
+
+fn prompt(seed: u32, len: u32) -> Vec<u32> {
+    (0..len)
+        .map(|i| seed.wrapping_mul(7919).wrapping_add(i))
+        .collect()
+}
+
+#[test]
+fn decode_step_at_eight_sequences_is_57ms() {
+    assert_eq!(StepTimeModel::default().step_us(8, 0), 57_000);
+}
+
+#[test]
+fn second_request_reuses_whole_blocks_only() {
+    let mut e = Engine::new(EngineConfig::default()).unwrap();
+    let p = prompt(1, 5000);
+    e.submit(1, &p, 4).unwrap();
+    let (_, ev) = run_to_end(&mut e);
+    assert_eq!(ev.len(), 4);
+    assert!(ev[3].1.finished);
+    assert_eq!(ev[0].1.cached_tokens, 0);
+    e.submit(2, &p, 4).unwrap();
+    let (_, ev) = run_to_end(&mut e);
+    assert_eq!(ev[0].1.cached_tokens, 3 * 1568);
+    let c = e.counters();
+    assert_eq!(c.prefix_cache_queries, 10_000);
+    assert_eq!(c.prefix_cache_hits, 3 * 1568);
+    assert_eq!(c.kv_usage, 0.0);
+}
+
+#[test]
+fn at_most_max_num_seqs_run_and_the_rest_wait_fcfs() {
+    let mut e = Engine::new(EngineConfig::default()).unwrap();
+    for id in 0..10 {
+        e.submit(id, &prompt(id as u32, 100), 3).unwrap();
+    }
+    assert!(e.start_step().is_some());
+    assert_eq!(e.counters().running, 8);
+    assert_eq!(e.counters().waiting, 2);
+    let mut out = Vec::new();
+    e.finish_step(&mut out);
+    assert_eq!(out.len(), 8);
+    let (_, ev) = run_to_end(&mut e);
+    let finished: Vec<u64> = ev
+        .iter()
+        .filter(|(_, e)| e.finished)
+        .map(|(_, e)| e.id)
+        .collect();
+    assert_eq!(finished, (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn long_prefill_is_chunked_by_the_budget() {
+    let cfg = EngineConfig {
+        max_num_batched_tokens: 1000,
+        ..Default::default()
+    };
+    let mut e = Engine::new(cfg).unwrap();
+    e.submit(1, &prompt(3, 2500), 1).unwrap();
+    let mut out = Vec::new();
+    let mut steps = 0;
+    while let Some(_d) = e.start_step() {
+        steps += 1;
+        e.finish_step(&mut out);
+    }
+    assert_eq!(steps, 3);
+    assert_eq!(out.len(), 1);
+}
+
+#[test]
+fn small_capacity_preempts_and_still_finishes_everything() {
+    let cfg = EngineConfig {
+        block_size: 16,
+        kv_capacity_blocks: 12,
+        max_model_len: 160,
+        ..Default::default()
+    };
+    let mut e = Engine::new(cfg).unwrap();
+    for id in 0..4 {
+        e.submit(id, &prompt(id as u32, 40), 60).unwrap();
+    }
+    let (_, ev) = run_to_end(&mut e);
+    assert_eq!(ev.iter().filter(|(_, e)| e.finished).count(), 4);
+    assert!(e.counters().preemptions > 0);
+    assert_eq!(e.counters().kv_usage, 0.0);
+}
+
+#[test]
+fn bad_requests_are_errors() {
+    let mut e = Engine::new(EngineConfig::default()).unwrap();
+    assert_eq!(e.submit(1, &[], 1), Err(SubmitError::EmptyPrompt));
+    assert_eq!(e.submit(1, &[1], 0), Err(SubmitError::ZeroMaxTokens));
+    assert!(matches!(
+        e.submit(1, &prompt(1, 32_700), 100),
+        Err(SubmitError::TooLong { .. })
+    ));
+    e.submit(1, &[1], 1).unwrap();
+    assert_eq!(e.submit(1, &[1], 1), Err(SubmitError::DuplicateId(1)));
+    assert!(e.abort(1));
+    assert!(!e.has_work());
+}
+
+#[test]
+fn invalid_config_is_rejected() {
+    assert!(Engine::new(EngineConfig {
+        max_num_seqs: 0,
+        ..Default::default()
+    })
+    .is_err());
+    assert!(Engine::new(EngineConfig {
+        kv_capacity_blocks: 2,
+        ..Default::default()
+    })
+    .is_err());
+}

@@ -1,0 +1,466 @@
+//! Workloads: the seed study's four scenarios, exactly as the study describes them, and a JSONL
+//! trace format for user workloads.
+//!
+//! ## The study's phases
+//! - 96 planned arrivals at 1.6 requests/s (one every 625 ms), 128 output tokens each.
+//! - 8 prompt families. A family's prompt is a fresh 256-hex salt, `Document <n>`, the study
+//!   sentence 300 times and `Question <six digits>: ...`; the salt is fixed within the family
+//!   and new per phase, the question number is new per request.
+//! - The family order of a scenario depends only on the round seed (102, 103), so every
+//!   strategy of a round sees the same order. cold/warm: 8 × 12. hot50: the hot family
+//!   (family 0) 48, the other 7 together 48. hot90: the hot family 86, the others 10.
+//! - Initial state: cold = empty engines and index. warm = every family cached on every
+//!   engine, the router index built by a bootstrap that placed families 4/4 (round 1) or
+//!   6 on A / 2 on B (round 2). hot50/hot90 = each family cached on one engine only and the
+//!   index recording that: the hot family and families 5–7 on B, families 1–4 on A.
+//!
+//! ## Trace format (JSONL, one request per line)
+//! ```json
+//! {"at": 0.0, "prompt": "literal prompt text", "output_tokens": 128}
+//! {"at": 0.625, "prompt_id": "doc-7", "prompt_tokens": 5000, "suffix": " Q1", "output_tokens": 64,
+//!  "headers": {"routing-strategy": "least-request"}}
+//! ```
+//! `at` is seconds from the start, non-decreasing. Either `prompt` or `prompt_id` +
+//! `prompt_tokens` (a deterministic synthetic text of that many tokens, equal for equal ids,
+//! followed by the optional `suffix`). `output_tokens` defaults to 128. `headers` is optional;
+//! `routing-strategy` picks the strategy of that request.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+/// The study's sentence, repeated 300 times in every prompt.
+pub const SENTENCE: &str =
+    "The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n";
+/// Planned arrivals per phase.
+pub const STUDY_REQUESTS: usize = 96;
+/// Arrival rate, requests per second.
+pub const STUDY_RATE: f64 = 1.6;
+/// Output tokens per request.
+pub const STUDY_OUTPUT_TOKENS: u32 = 128;
+/// Prompt families.
+pub const STUDY_FAMILIES: usize = 8;
+/// The round seeds.
+pub const ROUND_SEEDS: [u64; 2] = [102, 103];
+
+/// One of the study's scenarios.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Scenario {
+    /// Empty engines and index; 8 families × 12.
+    Cold,
+    /// Every family cached on both engines; the index places `on_a` families on A, the rest
+    /// on B.
+    Warm {
+        /// Families the index places on A (4 in round 1, 6 in round 2).
+        on_a: u8,
+    },
+    /// Each family cached on its home only; hot family 48, others 48.
+    Hot50,
+    /// Each family cached on its home only; hot family 86, others 10.
+    Hot90,
+}
+
+/// An unknown scenario name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown scenario {0:?} (expected cold, warm, warm-4-4, warm-6-2, hot50 or hot90)")]
+pub struct UnknownScenario(pub String);
+
+impl Scenario {
+    /// The study's scenario list for a round (1 or 2): warm's index split is 4/4 in round 1
+    /// and 6/2 in round 2.
+    pub fn study(round: u8) -> [Scenario; 4] {
+        let on_a = if round == 2 { 6 } else { 4 };
+        [
+            Scenario::Cold,
+            Scenario::Warm { on_a },
+            Scenario::Hot50,
+            Scenario::Hot90,
+        ]
+    }
+
+    /// Parses `cold`, `warm` (4/4), `warm-4-4`, `warm-6-2`, `hot50`, `hot90`.
+    pub fn parse(s: &str) -> Result<Scenario, UnknownScenario> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "cold" | "cold-uniform" => Ok(Scenario::Cold),
+            "warm" | "warm-uniform" | "warm-4-4" => Ok(Scenario::Warm { on_a: 4 }),
+            "warm-6-2" => Ok(Scenario::Warm { on_a: 6 }),
+            "hot50" => Ok(Scenario::Hot50),
+            "hot90" => Ok(Scenario::Hot90),
+            _ => Err(UnknownScenario(s.to_owned())),
+        }
+    }
+
+    /// The short name (`cold`, `warm`, `hot50`, `hot90`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Cold => "cold",
+            Scenario::Warm { .. } => "warm",
+            Scenario::Hot50 => "hot50",
+            Scenario::Hot90 => "hot90",
+        }
+    }
+
+    /// Requests per family, family 0 first.
+    pub fn family_counts(self) -> [usize; STUDY_FAMILIES] {
+        match self {
+            Scenario::Cold | Scenario::Warm { .. } => [12; 8],
+            Scenario::Hot50 => [48, 7, 7, 7, 7, 7, 7, 6],
+            Scenario::Hot90 => [86, 2, 2, 2, 1, 1, 1, 1],
+        }
+    }
+
+    /// Where each family is cached (and indexed) before the phase: `Some(0)` = A only,
+    /// `Some(1)` = B only, `None` = both engines (warm) or neither (cold).
+    pub fn engine_home(self, family: usize) -> Option<usize> {
+        match self {
+            Scenario::Cold | Scenario::Warm { .. } => None,
+            Scenario::Hot50 | Scenario::Hot90 => Some(hot_home(family)),
+        }
+    }
+
+    /// Where the router's index places each family before the phase (`None` = nowhere).
+    pub fn index_home(self, family: usize) -> Option<usize> {
+        match self {
+            Scenario::Cold => None,
+            Scenario::Warm { on_a } => Some(usize::from(family >= usize::from(on_a))),
+            Scenario::Hot50 | Scenario::Hot90 => Some(hot_home(family)),
+        }
+    }
+
+    /// Whether engines start with every family cached on both sides.
+    pub fn warm_engines(self) -> bool {
+        matches!(self, Scenario::Warm { .. })
+    }
+}
+
+// The hot family (0) and families 5–7 live on B (1); families 1–4 on A (0).
+fn hot_home(family: usize) -> usize {
+    usize::from(family == 0 || family >= 5)
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scenario::Warm { on_a } => write!(f, "warm-{on_a}-{}", 8 - on_a),
+            s => f.write_str(s.name()),
+        }
+    }
+}
+
+/// A 256-hex-character salt from `rng`.
+pub fn salt(rng: &mut fastrand::Rng) -> String {
+    (0..256)
+        .map(|_| char::from(b"0123456789abcdef"[rng.usize(..16)]))
+        .collect()
+}
+
+/// The study's prompt for a family (salt, document number) and a question number.
+pub fn study_prompt(salt: &str, document: usize, question: u32) -> String {
+    let mut s = String::with_capacity(salt.len() + 40 + SENTENCE.len() * 300 + 70);
+    s.push_str(salt);
+    s.push_str(&format!("\nDocument {document}\n"));
+    for _ in 0..300 {
+        s.push_str(SENTENCE);
+    }
+    s.push_str(&format!(
+        "Question {question:06}: Explain the operational tradeoffs in detail."
+    ));
+    s
+}
+
+/// Mixes seed material (SplitMix64 finaliser).
+pub fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// One planned request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Arrival {
+    /// Planned send time, µs from the phase start.
+    pub at_us: u64,
+    /// The study family (`None` for trace requests).
+    pub family: Option<usize>,
+    /// The prompt text.
+    pub prompt: Arc<str>,
+    /// Output tokens (`max_tokens`, generated to the end as with `ignore_eos`).
+    pub output_tokens: u32,
+    /// Request headers, e.g. `routing-strategy`.
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The family order of a scenario for a round seed: the same for every strategy of a round.
+pub fn family_order(scenario: Scenario, seed: u64, requests: usize) -> Vec<usize> {
+    let counts = scenario.family_counts();
+    let mut order: Vec<usize> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(f, &n)| std::iter::repeat_n(f, n))
+        .collect();
+    let mut rng = fastrand::Rng::with_seed(mix(seed ^ mix(scenario_tag(scenario))));
+    rng.shuffle(&mut order);
+    if requests <= order.len() {
+        order.truncate(requests);
+    } else {
+        // Longer runs cycle through the same mix.
+        let base = order.clone();
+        while order.len() < requests {
+            order.push(base[order.len() % base.len()]);
+        }
+    }
+    order
+}
+
+fn scenario_tag(s: Scenario) -> u64 {
+    match s {
+        Scenario::Cold => 1,
+        Scenario::Warm { .. } => 2,
+        Scenario::Hot50 => 3,
+        Scenario::Hot90 => 4,
+    }
+}
+
+/// One phase's prompts: fresh salts (from `salt_seed`) and the round's family order.
+#[derive(Clone, Debug)]
+pub struct StudyPhase {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// One salt per family.
+    pub salts: Vec<String>,
+    /// The planned requests.
+    pub arrivals: Vec<Arrival>,
+}
+
+impl StudyPhase {
+    /// Builds a phase: `requests` arrivals at `rate` req/s with `output_tokens` each. The
+    /// family order comes from `round_seed`, the salts from `salt_seed` (fresh per phase).
+    pub fn new(
+        scenario: Scenario,
+        round_seed: u64,
+        salt_seed: u64,
+        requests: usize,
+        rate: f64,
+        output_tokens: u32,
+    ) -> Self {
+        let mut rng = fastrand::Rng::with_seed(mix(salt_seed));
+        let salts: Vec<String> = (0..STUDY_FAMILIES).map(|_| salt(&mut rng)).collect();
+        let interval_us = if rate > 0.0 {
+            (1e6 / rate).round() as u64
+        } else {
+            0
+        };
+        let arrivals = family_order(scenario, round_seed, requests)
+            .into_iter()
+            .enumerate()
+            .map(|(i, family)| Arrival {
+                at_us: i as u64 * interval_us,
+                family: Some(family),
+                prompt: study_prompt(&salts[family], family + 1, question_number(round_seed, i))
+                    .into(),
+                output_tokens,
+                headers: BTreeMap::new(),
+            })
+            .collect();
+        StudyPhase {
+            scenario,
+            salts,
+            arrivals,
+        }
+    }
+
+    /// The prompt used to warm (or index) a family before the phase.
+    pub fn priming_prompt(&self, family: usize) -> String {
+        study_prompt(&self.salts[family], family + 1, 999_999)
+    }
+}
+
+/// The six-digit question number of request `i`.
+pub fn question_number(seed: u64, i: usize) -> u32 {
+    100_000 + (seed % 8) as u32 * 100_000 + (i % 100_000) as u32
+}
+
+/// A trace line that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// The line is not valid JSON of the trace shape.
+    #[error("trace line {line}: {source}")]
+    Json {
+        /// 1-based line number.
+        line: usize,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// The line is JSON but not a usable request.
+    #[error("trace line {line}: {message}")]
+    Invalid {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        message: String,
+    },
+    /// The trace has no request.
+    #[error("trace has no request")]
+    Empty,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TraceLine {
+    at: f64,
+    prompt: Option<String>,
+    prompt_id: Option<String>,
+    prompt_tokens: Option<u32>,
+    suffix: Option<String>,
+    output_tokens: Option<u32>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+}
+
+/// Parses a JSONL trace (blank lines and lines starting with `#` are skipped).
+pub fn parse_trace(text: &str) -> Result<Vec<Arrival>, TraceError> {
+    let mut out = Vec::new();
+    let mut last = 0u64;
+    for (n, raw) in text.lines().enumerate() {
+        let line = n + 1;
+        let raw = raw.trim();
+        if raw.is_empty() || raw.starts_with('#') {
+            continue;
+        }
+        let t: TraceLine =
+            serde_json::from_str(raw).map_err(|source| TraceError::Json { line, source })?;
+        let bad = |message: &str| TraceError::Invalid {
+            line,
+            message: message.to_owned(),
+        };
+        if !t.at.is_finite() || t.at < 0.0 || t.at > 1e7 {
+            return Err(bad("`at` must be seconds between 0 and 10^7"));
+        }
+        let at_us = (t.at * 1e6).round() as u64;
+        if at_us < last {
+            return Err(bad("`at` must not decrease"));
+        }
+        last = at_us;
+        let prompt = match (t.prompt, t.prompt_id, t.prompt_tokens) {
+            (Some(p), None, None) => p,
+            (None, Some(id), Some(len)) if (1..=1_000_000).contains(&len) => {
+                synthetic_prompt(&id, len as usize)
+            }
+            (None, Some(_), _) => {
+                return Err(bad(
+                    "`prompt_id` needs `prompt_tokens` between 1 and 1000000",
+                ))
+            }
+            _ => return Err(bad("give either `prompt` or `prompt_id` + `prompt_tokens`")),
+        };
+        let prompt = prompt + t.suffix.as_deref().unwrap_or("");
+        if prompt.is_empty() {
+            return Err(bad("the prompt is empty"));
+        }
+        let output_tokens = t.output_tokens.unwrap_or(STUDY_OUTPUT_TOKENS);
+        if output_tokens == 0 {
+            return Err(bad("`output_tokens` must be at least 1"));
+        }
+        out.push(Arrival {
+            at_us,
+            family: None,
+            prompt: prompt.into(),
+            output_tokens,
+            headers: t.headers,
+        });
+    }
+    if out.is_empty() {
+        return Err(TraceError::Empty);
+    }
+    Ok(out)
+}
+
+/// A deterministic text of exactly `tokens` tokens (see [`crate::tokenizer`]) for an id.
+pub fn synthetic_prompt(id: &str, tokens: usize) -> String {
+    let mut rng = fastrand::Rng::with_seed(mix(xxhash_rust::xxh64::xxh64(id.as_bytes(), 7)));
+    let mut s = String::with_capacity(tokens * 6);
+    for _ in 0..tokens {
+        // " w" + 1..=10 letters: always exactly one token.
+        s.push(' ');
+        for _ in 0..rng.usize(1..=10) {
+            s.push(char::from(b'a' + rng.u8(..26)));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tokenizer::count_tokens;
+
+    #[test]
+    fn study_prompt_is_about_5000_tokens_and_28000_chars() {
+        let mut rng = fastrand::Rng::with_seed(1);
+        let p = study_prompt(&salt(&mut rng), 3, 123_456);
+        assert!((27_000..30_000).contains(&p.len()), "{}", p.len());
+        let n = count_tokens(&p);
+        assert!((4_700..=5_300).contains(&n), "{n}");
+    }
+
+    #[test]
+    fn family_order_depends_on_the_seed_only() {
+        let a = StudyPhase::new(Scenario::Hot50, 102, 1, 96, 1.6, 128);
+        let b = StudyPhase::new(Scenario::Hot50, 102, 2, 96, 1.6, 128);
+        let fa: Vec<_> = a.arrivals.iter().map(|x| x.family).collect();
+        let fb: Vec<_> = b.arrivals.iter().map(|x| x.family).collect();
+        assert_eq!(fa, fb);
+        assert_ne!(a.salts, b.salts);
+        assert_eq!(fa.iter().filter(|f| **f == Some(0)).count(), 48);
+        assert_eq!(a.arrivals[1].at_us, 625_000);
+        let c = StudyPhase::new(Scenario::Hot50, 103, 1, 96, 1.6, 128);
+        assert_ne!(fa, c.arrivals.iter().map(|x| x.family).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn scenario_counts_and_homes() {
+        assert_eq!(Scenario::Hot90.family_counts().iter().sum::<usize>(), 96);
+        assert_eq!(Scenario::Hot50.family_counts().iter().sum::<usize>(), 96);
+        assert_eq!(Scenario::Hot50.engine_home(0), Some(1));
+        assert_eq!(
+            (0..8)
+                .filter(|&f| Scenario::Hot90.index_home(f) == Some(0))
+                .count(),
+            4
+        );
+        assert_eq!(
+            (0..8)
+                .filter(|&f| Scenario::Warm { on_a: 6 }.index_home(f) == Some(0))
+                .count(),
+            6
+        );
+        assert_eq!(Scenario::parse("warm-6-2"), Ok(Scenario::Warm { on_a: 6 }));
+        assert!(Scenario::parse("tepid").is_err());
+    }
+
+    #[test]
+    fn traces_parse_and_bad_lines_are_errors() {
+        let t = "# comment\n{\"at\":0,\"prompt\":\"hi\"}\n{\"at\":1.5,\"prompt_id\":\"x\",\"prompt_tokens\":50,\"output_tokens\":3,\"headers\":{\"routing-strategy\":\"random\"}}\n";
+        let a = parse_trace(t).unwrap();
+        assert_eq!(a.len(), 2);
+        assert_eq!(a[1].at_us, 1_500_000);
+        assert_eq!(count_tokens(&a[1].prompt), 50);
+        assert_eq!(a[1].headers["routing-strategy"], "random");
+        assert!(matches!(
+            parse_trace("{\"at\":1}"),
+            Err(TraceError::Invalid { line: 1, .. })
+        ));
+        assert!(matches!(
+            parse_trace("{\"at\":2,\"prompt\":\"a\"}\n{\"at\":1,\"prompt\":\"b\"}"),
+            Err(TraceError::Invalid { line: 2, .. })
+        ));
+        assert!(matches!(
+            parse_trace("nope"),
+            Err(TraceError::Json { line: 1, .. })
+        ));
+        assert!(matches!(parse_trace(""), Err(TraceError::Empty)));
+    }
+}
