@@ -1,0 +1,208 @@
+//! `kvroute_decision`, its one-line explanation, and `kvroute_stats`.
+
+use kvroute_core::{Decision, Outcome, RouterStats};
+
+use crate::bytes;
+use crate::router::{kvroute_pod_id, kvroute_router, kvroute_ticket};
+use crate::status::{kvroute_reason, kvroute_status};
+
+/// One routing decision, written by `kvroute_router_route()` / `kvroute_router_route_json()`.
+///
+/// The request holds an in-flight slot on `pod` until `ticket` is passed to
+/// `kvroute_router_complete()`. The layout is frozen: new fields come through new functions.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct kvroute_decision {
+    /// The ticket to complete exactly once.
+    pub ticket: kvroute_ticket,
+    /// The mean in-flight load over the ready pods, before this request.
+    pub load_mean: f64,
+    /// The chosen pod (see `kvroute_router_pod_name()` / `kvroute_router_pod_address()`).
+    pub pod: kvroute_pod_id,
+    /// Why this pod: a `kvroute_reason` value.
+    pub reason: u32,
+    /// Leading blocks of the prompt the chosen pod held in the prefix index.
+    pub matched_blocks: u32,
+    /// Complete blocks in the prompt.
+    pub total_blocks: u32,
+    /// `matched_blocks * 100 / total_blocks` rounded down, 0 when the prompt has no complete
+    /// block.
+    pub match_percent: u32,
+    /// The chosen pod's in-flight load, before this request.
+    pub load: u32,
+    /// The smallest in-flight load over the ready pods, before this request.
+    pub load_min: u32,
+    /// The largest in-flight load over the ready pods, before this request.
+    pub load_max: u32,
+    /// How many pods of the model were ready.
+    pub ready_pods: u32,
+    /// Whether prefix-cache's imbalance guard (`max - min > imbalance count`) fired.
+    pub imbalance: bool,
+}
+
+impl From<&Decision> for kvroute_decision {
+    fn from(d: &Decision) -> Self {
+        kvroute_decision {
+            ticket: d.ticket.as_u64(),
+            load_mean: d.loads.mean,
+            pod: d.pod.as_u32(),
+            reason: kvroute_reason::from(d.reason) as u32,
+            matched_blocks: d.matched_blocks,
+            total_blocks: d.total_blocks,
+            match_percent: u32::from(d.match_percent),
+            load: d.loads.chosen,
+            load_min: d.loads.min,
+            load_max: d.loads.max,
+            ready_pods: d.loads.ready,
+            imbalance: d.imbalance,
+        }
+    }
+}
+
+/// Writes the one-line explanation of the decision that issued `ticket` to `(buf, len)`,
+/// NUL-terminated, for logs and the `x-kvroute-decision` response header, e.g.
+/// `strategy=prefix-cache reason=prefix_match pod=vllm-b match=100% blocks=218/218 imbalance=0
+/// load=12 min=3 max=12 mean=5.00 ready=3 ticket=17 ...` (one line, ASCII, no commas or
+/// quotes; the text is the core's `Decision` rendering and may gain fields).
+///
+/// The explanation is kept while the ticket is open: call it before
+/// `kvroute_router_complete()`. Returns `KVROUTE_STATUS_UNKNOWN_TICKET` for a ticket that is
+/// not open (never issued, completed or expired). On success `*out_n` is the length without
+/// the NUL. If `len` is too small, returns `KVROUTE_STATUS_INSUFFICIENT_SIZE` with `*out_n` set
+/// to the `len` needed (length + 1) and `buf` untouched; `(NULL, 0)` is a valid size query.
+/// 512 bytes is enough unless pod names are long.
+#[no_mangle]
+pub extern "C" fn kvroute_router_explain(
+    router: *const kvroute_router,
+    ticket: kvroute_ticket,
+    buf: *mut u8,
+    len: usize,
+    out_n: *mut usize,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let buf = try_out_slice!(buf, len);
+        let out_n = try_out!(out_n);
+        let text = match try_status!(r.lock()).decisions.get(&ticket) {
+            Some((d, _)) => d.to_string(),
+            None => return kvroute_status::UnknownTicket,
+        };
+        bytes::write_str(&text, buf, out_n)
+    }
+}
+
+/// Counters of the whole router (all models), read by `kvroute_router_stats()`. The layout is
+/// frozen: new counters come through new functions.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct kvroute_stats {
+    /// Live pods.
+    pub pods: u64,
+    /// Live pods that are ready.
+    pub ready_pods: u64,
+    /// Models known (served by a pod now or earlier).
+    pub models: u64,
+    /// Sum of the live pods' in-flight counts.
+    pub in_flight: u64,
+    /// Tickets open now.
+    pub tickets_open: u64,
+    /// Tickets issued (successful routes).
+    pub tickets_issued: u64,
+    /// Completions accepted with `KVROUTE_OUTCOME_SUCCESS`.
+    pub completed_success: u64,
+    /// Completions accepted with `KVROUTE_OUTCOME_CANCELLED`.
+    pub completed_cancelled: u64,
+    /// Completions accepted with `KVROUTE_OUTCOME_FAILED`.
+    pub completed_failed: u64,
+    /// Tickets released by the ticket TTL because no completion came.
+    pub tickets_expired: u64,
+    /// Completions of tickets whose pod had been removed.
+    pub tickets_orphaned: u64,
+    /// Completions rejected (unknown ticket, double or late completion).
+    pub tickets_rejected: u64,
+    /// Blocks in the prefix index.
+    pub index_blocks: u64,
+    /// The index capacity in blocks.
+    pub index_capacity: u64,
+    /// New blocks inserted into the index.
+    pub index_inserted: u64,
+    /// Blocks evicted to make room.
+    pub index_evicted: u64,
+    /// Blocks dropped by the index TTL.
+    pub index_expired: u64,
+    /// Blocks dropped because their last pod was removed.
+    pub index_purged: u64,
+    /// Route calls for a model no pod serves.
+    pub unknown_model: u64,
+    /// Route calls rejected because no pod of the model was ready.
+    pub no_ready_pod: u64,
+    /// Times prefix-cache's imbalance guard fired.
+    pub imbalance_events: u64,
+    /// Decisions by reason, indexed by `kvroute_reason` value (room for reasons added later;
+    /// unused entries are 0).
+    pub routed_by_reason: [u64; 16],
+    /// prefix-cache decisions by the chosen pod's match percent, in AIBrix's buckets
+    /// `0`, `1-25`, `26-50`, `51-75`, `76-100`.
+    pub decisions_by_match_bucket: [u64; 5],
+}
+
+impl From<&RouterStats> for kvroute_stats {
+    fn from(s: &RouterStats) -> Self {
+        let mut out = kvroute_stats {
+            pods: s.pods.len() as u64,
+            ready_pods: s.pods.iter().filter(|p| p.ready).count() as u64,
+            models: s.models.len() as u64,
+            in_flight: s.pods.iter().map(|p| u64::from(p.in_flight)).sum(),
+            tickets_open: s.tickets.open,
+            tickets_issued: s.tickets.issued,
+            tickets_expired: s.tickets.expired,
+            tickets_orphaned: s.tickets.orphaned,
+            tickets_rejected: s.tickets.rejected,
+            index_blocks: s.index.blocks,
+            index_capacity: s.index.capacity,
+            index_inserted: s.index.inserted,
+            index_evicted: s.index.evicted,
+            index_expired: s.index.expired,
+            index_purged: s.index.purged,
+            unknown_model: s.unknown_model,
+            ..Default::default()
+        };
+        for (o, n) in Outcome::ALL.into_iter().zip(s.tickets.completed) {
+            match o {
+                Outcome::Success => out.completed_success = n,
+                Outcome::Cancelled => out.completed_cancelled = n,
+                Outcome::Failed => out.completed_failed = n,
+            }
+        }
+        for m in &s.models {
+            out.no_ready_pod += m.no_ready_pod;
+            out.imbalance_events += m.imbalance_events;
+            for r in kvroute_reason::ALL {
+                out.routed_by_reason[r as usize] += m.routed(r.core());
+            }
+            for (acc, n) in out
+                .decisions_by_match_bucket
+                .iter_mut()
+                .zip(m.decisions_by_bucket)
+            {
+                *acc += n;
+            }
+        }
+        out
+    }
+}
+
+/// Reads every counter of the router into `*stats_out`.
+#[no_mangle]
+pub extern "C" fn kvroute_router_stats(
+    router: *const kvroute_router,
+    stats_out: *mut kvroute_stats,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let out = try_out!(stats_out);
+        let stats = try_status!(r.lock()).router.stats();
+        crate::handle::set_out(out, kvroute_stats::from(&stats));
+        kvroute_status::Ok
+    }
+}

@@ -1,0 +1,359 @@
+//! `kvroute_router`: the thread-safe router handle, routing, completion and timers.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kvroute_core::{
+    Completion, Decision, HashConfig, RouteRequest, Router, RouterConfig, StrategySpec, Ticket,
+    Timestamp,
+};
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::config::kvroute_config;
+use crate::decision::kvroute_decision;
+use crate::handle::{self, Castable, OwnershipBox};
+use crate::prompt;
+use crate::status::{kvroute_outcome, kvroute_status};
+
+/// A pod id, issued by `kvroute_router_add_pod()` / `kvroute_router_upsert_pod()`. Ids are never
+/// reused: a pod removed and added again under the same name gets a new id.
+pub type kvroute_pod_id = u32;
+
+/// An in-flight ticket, issued by a route call. Complete it exactly once with
+/// `kvroute_router_complete()`.
+pub type kvroute_ticket = u64;
+
+/// The router: pods, the prefix index, in-flight counts and open tickets.
+///
+/// Under the hood this is a `Box` holding a `kvroute_core::Router` behind a mutex, so one
+/// router may be used from many threads at once (prompt hashing and JSON parsing happen outside
+/// the lock). Create it with `kvroute_router_new()` and free it once with
+/// `kvroute_router_free()`, after every other call on it has returned.
+///
+/// If the library ever panics while holding the router's lock, the router is poisoned: every
+/// later call on it returns `KVROUTE_STATUS_POISONED`. Free it and build a new one.
+pub struct kvroute_router {
+    _private: [u8; 0],
+}
+
+impl Castable for kvroute_router {
+    type Ownership = OwnershipBox;
+    type RustType = RouterHandle;
+}
+
+/// What a `kvroute_router` pointer points at.
+pub struct RouterHandle {
+    // Fixed at creation (the router is never reconfigured through the C API), so prompts are
+    // hashed without taking the lock.
+    hash: HashConfig,
+    poisoned: AtomicBool,
+    state: Mutex<State>,
+}
+
+/// Everything behind the lock.
+pub(crate) struct State {
+    pub(crate) router: Router,
+    /// The decisions of open tickets, for `kvroute_router_explain()`, with the (clamped) time
+    /// they were made. Entries leave on completion, or once older than the ticket TTL.
+    pub(crate) decisions: BTreeMap<u64, (Decision, u64)>,
+    /// The latest `now_ms` seen (the router's clock never goes back).
+    latest_ms: u64,
+}
+
+impl State {
+    fn clock(&mut self, now_ms: u64) -> u64 {
+        self.latest_ms = self.latest_ms.max(now_ms);
+        self.latest_ms
+    }
+}
+
+/// The router, locked. Dropping it during a panic poisons the handle.
+pub(crate) struct Locked<'a> {
+    guard: MutexGuard<'a, State>,
+    poisoned: &'a AtomicBool,
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.poisoned.store(true, Ordering::Release);
+        }
+    }
+}
+
+impl core::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.guard
+    }
+}
+
+impl core::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.guard
+    }
+}
+
+impl RouterHandle {
+    /// A handle around `router`.
+    pub fn new(router: Router) -> RouterHandle {
+        RouterHandle {
+            hash: router.hash_config(),
+            poisoned: AtomicBool::new(false),
+            state: Mutex::new(State {
+                router,
+                decisions: BTreeMap::new(),
+                latest_ms: 0,
+            }),
+        }
+    }
+
+    /// Locks the router, or `POISONED`.
+    pub(crate) fn lock(&self) -> Result<Locked<'_>, kvroute_status> {
+        self.check()?;
+        let guard = self.state.lock();
+        // A panic may have poisoned the router while this thread waited for the lock.
+        self.check()?;
+        Ok(Locked {
+            guard,
+            poisoned: &self.poisoned,
+        })
+    }
+
+    /// `POISONED` if a panic poisoned the router.
+    pub(crate) fn check(&self) -> Result<(), kvroute_status> {
+        if self.poisoned.load(Ordering::Acquire) {
+            Err(kvroute_status::Poisoned)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Hashes `prompt`, parses `strategy` and routes, locking only for the routing itself.
+    fn route(
+        &self,
+        model: &str,
+        prompt: &[u8],
+        strategy: Option<&str>,
+        now_ms: u64,
+    ) -> Result<kvroute_decision, kvroute_status> {
+        self.check()?;
+        let spec = strategy.map(StrategySpec::parse).transpose()?;
+        let hashes = self.hash.hashes(prompt);
+        let mut req = RouteRequest::new(model, &hashes);
+        if let Some(spec) = &spec {
+            req = req.with_strategy(spec);
+        }
+        let mut locked = self.lock()?;
+        let now_ms = locked.clock(now_ms);
+        let decision = locked.router.route(req, Timestamp::from_millis(now_ms))?;
+        let out = kvroute_decision::from(&decision);
+        locked.decisions.insert(out.ticket, (decision, now_ms));
+        Ok(out)
+    }
+}
+
+/// `None` for an absent strategy (`(NULL, 0)` or empty), else the UTF-8 text.
+macro_rules! try_opt_str {
+    ( $data:expr, $len:expr ) => {{
+        let s = try_str!($data, $len);
+        if s.is_empty() {
+            None
+        } else {
+            Some(s)
+        }
+    }};
+}
+
+/// Builds a router with `config` (the router keeps its own reference: the caller may free the
+/// config right away). On success `*router_out` is a new router the caller owns and frees with
+/// `kvroute_router_free()`.
+///
+/// Returns `KVROUTE_STATUS_NULL_PARAMETER` if either pointer is NULL.
+#[no_mangle]
+pub extern "C" fn kvroute_router_new(
+    config: *const kvroute_config,
+    router_out: *mut *mut kvroute_router,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let config = try_clone_arc!(config);
+        let out = try_out!(router_out);
+        let router = try_status!(Router::new(RouterConfig::clone(&config)));
+        handle::set_out(out, handle::to_boxed_mut_ptr::<kvroute_router>(RouterHandle::new(router)));
+        kvroute_status::Ok
+    }
+}
+
+/// Frees a router and everything it holds; open tickets are dropped. NULL is a no-op. No other
+/// call on this router may be running or made afterwards.
+#[no_mangle]
+pub extern "C" fn kvroute_router_free(router: *mut kvroute_router) {
+    ffi_panic_boundary! { free_box!(router) }
+}
+
+/// Routes one request whose prompt is given as raw bytes (the text the engine will see, as
+/// UTF-8; any bytes are accepted and hashed as they are).
+///
+/// - `(model, model_len)`: the model name, UTF-8, required.
+/// - `(prompt, prompt_len)`: the prompt bytes; `(NULL, 0)` is an empty prompt (no blocks: no
+///   prefix can match).
+/// - `(strategy, strategy_len)`: the request's strategy spec (AIBrix's `routing-strategy`
+///   header), or `(NULL, 0)` for the configured default.
+/// - `now_ms`: the caller's monotonic clock in ms. Time never goes back for the router: an
+///   earlier value is treated as the latest one seen.
+///
+/// Every input is borrowed for the call only. On success `*decision_out` holds the chosen pod
+/// and a ticket: the pod's in-flight count is now one higher until the ticket is passed to
+/// `kvroute_router_complete()`. On any error nothing changed and `*decision_out` is untouched:
+/// `KVROUTE_STATUS_UNKNOWN_MODEL` (no pod serves the model), `KVROUTE_STATUS_NO_READY_POD`,
+/// `KVROUTE_STATUS_INVALID_STRATEGY`, `KVROUTE_STATUS_INVALID_UTF8` (model or strategy),
+/// `KVROUTE_STATUS_NULL_PARAMETER`, `KVROUTE_STATUS_POISONED`.
+#[no_mangle]
+pub extern "C" fn kvroute_router_route(
+    router: *mut kvroute_router,
+    model: *const u8,
+    model_len: usize,
+    prompt: *const u8,
+    prompt_len: usize,
+    strategy: *const u8,
+    strategy_len: usize,
+    now_ms: u64,
+    decision_out: *mut kvroute_decision,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let out = try_out!(decision_out);
+        let model = try_str!(model, model_len);
+        let prompt = try_slice!(prompt, prompt_len);
+        let strategy = try_opt_str!(strategy, strategy_len);
+        handle::set_out(out, try_status!(r.route(model, prompt, strategy, now_ms)));
+        kvroute_status::Ok
+    }
+}
+
+/// Routes one request given as its OpenAI-style JSON body (`/v1/chat/completions` or
+/// `/v1/completions`). The prompt is extracted as AIBrix v0.7.0 does: the `messages[].content`
+/// values joined by one space (string contents unescaped, array or object contents appended as
+/// the raw JSON text received), else the `prompt` string, else empty.
+///
+/// `(model, model_len)` names the model; `(NULL, 0)` takes it from the body's `model` field
+/// (`KVROUTE_STATUS_INVALID_BODY` if that is missing). Everything else is as in
+/// `kvroute_router_route()`, plus `KVROUTE_STATUS_INVALID_BODY` for a body that is not a JSON
+/// object or whose `messages`, `prompt` or `model` field has the wrong type.
+#[no_mangle]
+pub extern "C" fn kvroute_router_route_json(
+    router: *mut kvroute_router,
+    model: *const u8,
+    model_len: usize,
+    body: *const u8,
+    body_len: usize,
+    strategy: *const u8,
+    strategy_len: usize,
+    now_ms: u64,
+    decision_out: *mut kvroute_decision,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let out = try_out!(decision_out);
+        let model = try_opt_str!(model, model_len);
+        let body = try_slice!(body, body_len);
+        let strategy = try_opt_str!(strategy, strategy_len);
+        try_status!(r.check());
+        let parsed = try_status!(prompt::extract(body).map_err(|_| kvroute_status::InvalidBody));
+        let model = match (model, parsed.model.as_deref()) {
+            (Some(m), _) | (None, Some(m)) => m,
+            (None, None) => return kvroute_status::InvalidBody,
+        };
+        handle::set_out(out, try_status!(r.route(model, parsed.prompt.as_bytes(), strategy, now_ms)));
+        kvroute_status::Ok
+    }
+}
+
+/// Releases a ticket's in-flight slot: call it exactly once per successful route, when the
+/// response ends, with how it ended (`KVROUTE_OUTCOME_SUCCESS`, `_CANCELLED` or `_FAILED`, as
+/// a `uint32_t`) and the caller's clock.
+///
+/// Returns `KVROUTE_STATUS_UNKNOWN_TICKET` for a ticket this router never issued,
+/// `KVROUTE_STATUS_TICKET_NOT_OPEN` for one already completed or expired (nothing changes in
+/// either case), `KVROUTE_STATUS_INVALID_PARAMETER` for an unknown outcome. Completing a ticket
+/// whose pod was removed meanwhile succeeds.
+#[no_mangle]
+pub extern "C" fn kvroute_router_complete(
+    router: *mut kvroute_router,
+    ticket: kvroute_ticket,
+    outcome: u32,
+    now_ms: u64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let outcome = try_status!(kvroute_outcome::from_u32(outcome));
+        let mut locked = try_status!(r.lock());
+        locked.decisions.remove(&ticket);
+        try_status!(locked.router.complete(Ticket::from_u64(ticket), Completion::new(outcome), Timestamp::from_millis(now_ms)));
+        kvroute_status::Ok
+    }
+}
+
+/// Does the time-driven work due at `now_ms`: drops prefix-index entries past their TTL and
+/// expires tickets older than the ticket TTL (releasing their in-flight slots). Call it when
+/// `kvroute_router_next_deadline()` says, or periodically; calling it early is harmless.
+#[no_mangle]
+pub extern "C" fn kvroute_router_tick(router: *mut kvroute_router, now_ms: u64) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let mut locked = try_status!(r.lock());
+        let now_ms = locked.clock(now_ms);
+        locked.router.handle_timeout(Timestamp::from_millis(now_ms));
+        let ttl = locked.router.config().ticket_ttl_ms;
+        while let Some(entry) = locked.decisions.first_entry() {
+            if now_ms.saturating_sub(entry.get().1) < ttl {
+                break;
+            }
+            entry.remove();
+        }
+        kvroute_status::Ok
+    }
+}
+
+/// When `kvroute_router_tick()` next has work. On success `*has_deadline_out` says whether
+/// there is any, and `*deadline_ms_out` is that time on the caller's clock (0 when there is
+/// none). Re-read it after every route, complete, tick or pod removal: routing can move it
+/// earlier.
+#[no_mangle]
+pub extern "C" fn kvroute_router_next_deadline(
+    router: *const kvroute_router,
+    has_deadline_out: *mut bool,
+    deadline_ms_out: *mut u64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let has = try_out!(has_deadline_out);
+        let at = try_out!(deadline_ms_out);
+        let deadline = try_status!(r.lock()).router.poll_timeout();
+        handle::set_out(has, deadline.is_some());
+        handle::set_out(at, deadline.map_or(0, Timestamp::as_millis));
+        kvroute_status::Ok
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    use super::*;
+
+    /// Panics while holding the router's lock, inside the panic boundary, as an export would.
+    pub(crate) extern "C" fn panic_while_locked(router: *mut kvroute_router) -> kvroute_status {
+        ffi_panic_boundary! {
+            let r = try_ref!(router);
+            let _locked = try_status!(r.lock());
+            panic!("test hook: panic while the router is locked");
+        }
+    }
+
+    /// Panics outside the lock.
+    pub(crate) extern "C" fn panic_unlocked(router: *mut kvroute_router) -> kvroute_status {
+        ffi_panic_boundary! {
+            let _r = try_ref!(router);
+            panic!("test hook: panic outside the lock");
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Tests of the exported functions called from Rust: the panic boundary and poisoning (which
+//! need a test-only hook), and the status paths C cannot easily reach.
+
+use std::ptr;
+
+use crate::router::test_hooks;
+use crate::*;
+
+fn status(s: kvroute_status) -> &'static str {
+    s.as_str()
+}
+
+fn new_router(strategy: &str) -> *mut kvroute_router {
+    let b = kvroute_config_builder_new();
+    assert!(!b.is_null());
+    assert_eq!(kvroute_config_builder_set_seed(b, 7), kvroute_status::Ok);
+    assert_eq!(
+        kvroute_config_builder_set_strategy(b, strategy.as_ptr(), strategy.len()),
+        kvroute_status::Ok
+    );
+    let mut config = ptr::null();
+    assert_eq!(
+        kvroute_config_builder_build(b, &mut config),
+        kvroute_status::Ok
+    );
+    let mut router = ptr::null_mut();
+    assert_eq!(kvroute_router_new(config, &mut router), kvroute_status::Ok);
+    kvroute_config_free(config);
+    router
+}
+
+fn add(r: *mut kvroute_router, name: &str, addr: &str) -> kvroute_pod_id {
+    let mut pod = u32::MAX;
+    let st = kvroute_router_add_pod(
+        r,
+        b"m".as_ptr(),
+        1,
+        name.as_ptr(),
+        name.len(),
+        addr.as_ptr(),
+        addr.len(),
+        true,
+        &mut pod,
+    );
+    assert_eq!(status(st), "KVROUTE_STATUS_OK");
+    pod
+}
+
+fn route(
+    r: *mut kvroute_router,
+    prompt: &[u8],
+    now: u64,
+) -> Result<kvroute_decision, kvroute_status> {
+    let mut d = kvroute_decision::default();
+    match kvroute_router_route(
+        r,
+        b"m".as_ptr(),
+        1,
+        prompt.as_ptr(),
+        prompt.len(),
+        ptr::null(),
+        0,
+        now,
+        &mut d,
+    ) {
+        kvroute_status::Ok => Ok(d),
+        e => Err(e),
+    }
+}
+
+#[test]
+fn a_panic_while_locked_poisons_the_router_and_later_calls_say_so() {
+    let r = new_router("least-request");
+    add(r, "a", "10.0.0.1:80");
+    let d = route(r, b"hello", 1).unwrap();
+    assert_eq!(test_hooks::panic_unlocked(r), kvroute_status::Panic);
+    // A panic outside the lock leaves the router usable.
+    assert_eq!(
+        kvroute_router_complete(r, d.ticket, 0, 2),
+        kvroute_status::Ok
+    );
+    assert_eq!(test_hooks::panic_while_locked(r), kvroute_status::Panic);
+    assert_eq!(route(r, b"hello", 3), Err(kvroute_status::Poisoned));
+    assert_eq!(kvroute_router_tick(r, 4), kvroute_status::Poisoned);
+    let mut stats = kvroute_stats::default();
+    assert_eq!(
+        kvroute_router_stats(r, &mut stats),
+        kvroute_status::Poisoned
+    );
+    assert_eq!(stats, kvroute_stats::default(), "no output on error");
+    let mut pod = 99;
+    assert_eq!(
+        kvroute_router_pod_id(r, b"a".as_ptr(), 1, &mut pod),
+        kvroute_status::Poisoned
+    );
+    assert_eq!(pod, 99);
+    kvroute_router_free(r);
+}
+
+#[test]
+fn explanation_is_the_core_rendering_and_lives_while_the_ticket_is_open() {
+    let r = new_router("prefix-cache");
+    add(r, "vllm-a", "10.0.0.1:8000");
+    add(r, "vllm-b", "10.0.0.2:8000");
+    let prompt = "shared system prompt. ".repeat(40);
+    let first = route(r, prompt.as_bytes(), 10).unwrap();
+    let d = route(r, prompt.as_bytes(), 11).unwrap();
+    assert_eq!(d.pod, first.pod);
+    assert_eq!(
+        (d.match_percent, d.reason),
+        (100, kvroute_reason::PrefixMatch as u32)
+    );
+
+    // The same calls on the core directly give the same line.
+    let mut core = kvroute_core::Router::new(kvroute_core::RouterConfig {
+        seed: 7,
+        ..Default::default()
+    })
+    .unwrap();
+    for (n, a) in [("vllm-a", "10.0.0.1:8000"), ("vllm-b", "10.0.0.2:8000")] {
+        core.add_pod(
+            "m",
+            kvroute_core::PodSpec {
+                name: n,
+                address: a,
+                ready: true,
+            },
+        )
+        .unwrap();
+    }
+    let hashes = core.hash_config().hashes(prompt.as_bytes());
+    core.route(
+        kvroute_core::RouteRequest::new("m", &hashes),
+        kvroute_core::Timestamp::from_millis(10),
+    )
+    .unwrap();
+    let expected = core
+        .route(
+            kvroute_core::RouteRequest::new("m", &hashes),
+            kvroute_core::Timestamp::from_millis(11),
+        )
+        .unwrap()
+        .to_string();
+
+    let mut n = 0usize;
+    assert_eq!(
+        kvroute_router_explain(r, d.ticket, ptr::null_mut(), 0, &mut n),
+        kvroute_status::InsufficientSize
+    );
+    assert_eq!(n, expected.len() + 1);
+    let mut buf = vec![0xAAu8; n];
+    assert_eq!(
+        kvroute_router_explain(r, d.ticket, buf.as_mut_ptr(), n - 1, &mut n),
+        kvroute_status::InsufficientSize
+    );
+    assert!(
+        buf.iter().all(|b| *b == 0xAA),
+        "buffer untouched on INSUFFICIENT_SIZE"
+    );
+    assert_eq!(
+        kvroute_router_explain(r, d.ticket, buf.as_mut_ptr(), buf.len(), &mut n),
+        kvroute_status::Ok
+    );
+    assert_eq!(
+        (n, &buf[..n], buf[n]),
+        (expected.len(), expected.as_bytes(), 0)
+    );
+
+    assert_eq!(
+        kvroute_router_complete(r, d.ticket, 1, 12),
+        kvroute_status::Ok
+    );
+    assert_eq!(
+        kvroute_router_explain(r, d.ticket, buf.as_mut_ptr(), buf.len(), &mut n),
+        kvroute_status::UnknownTicket
+    );
+    kvroute_router_free(r);
+}
+
+#[test]
+fn explanations_of_expired_tickets_are_dropped_by_tick() {
+    let b = kvroute_config_builder_new();
+    assert_eq!(
+        kvroute_config_builder_set_ticket_ttl_ms(b, 100),
+        kvroute_status::Ok
+    );
+    let mut config = ptr::null();
+    assert_eq!(
+        kvroute_config_builder_build(b, &mut config),
+        kvroute_status::Ok
+    );
+    let mut r = ptr::null_mut();
+    assert_eq!(kvroute_router_new(config, &mut r), kvroute_status::Ok);
+    kvroute_config_free(config);
+    add(r, "a", "10.0.0.1:80");
+    let d = route(r, b"x", 1000).unwrap();
+    let (mut has, mut at) = (false, 0u64);
+    assert_eq!(
+        kvroute_router_next_deadline(r, &mut has, &mut at),
+        kvroute_status::Ok
+    );
+    assert!(has && at <= 1100, "deadline {at}");
+    assert_eq!(kvroute_router_tick(r, 1100), kvroute_status::Ok);
+    let mut n = 0;
+    assert_eq!(
+        kvroute_router_explain(r, d.ticket, ptr::null_mut(), 0, &mut n),
+        kvroute_status::UnknownTicket
+    );
+    assert_eq!(
+        kvroute_router_complete(r, d.ticket, 0, 1101),
+        kvroute_status::TicketNotOpen
+    );
+    kvroute_router_free(r);
+}
+
+#[test]
+fn build_consumes_the_builder_and_rejects_nulls() {
+    assert_eq!(
+        kvroute_config_builder_build(ptr::null_mut(), ptr::null_mut()),
+        kvroute_status::NullParameter
+    );
+    // Consumed even though the out-pointer is NULL (Miri/valgrind would see a leak otherwise).
+    assert_eq!(
+        kvroute_config_builder_build(kvroute_config_builder_new(), ptr::null_mut()),
+        kvroute_status::NullParameter
+    );
+    let b = kvroute_config_builder_new();
+    assert_eq!(
+        kvroute_config_builder_set_block_size(b, 0),
+        kvroute_status::InvalidParameter
+    );
+    assert_eq!(
+        kvroute_config_builder_set_stddev_factor(b, f64::NAN),
+        kvroute_status::InvalidParameter
+    );
+    assert_eq!(
+        kvroute_config_builder_set_strategy(b, b"round-robin".as_ptr(), 11),
+        kvroute_status::InvalidStrategy
+    );
+    assert_eq!(
+        kvroute_config_builder_set_strategy(b, ptr::null(), 3),
+        kvroute_status::NullParameter
+    );
+    kvroute_config_builder_free(b);
+    kvroute_config_builder_free(ptr::null_mut());
+    kvroute_config_free(ptr::null());
+    kvroute_router_free(ptr::null_mut());
+}
