@@ -1,1 +1,180 @@
-//! Placeholder until the ext-proc crate lands.
+//! # kvroute-ext-proc
+//!
+//! Envoy's external-processing (`envoy.service.ext_proc.v3`) service around
+//! [`kvroute_core`]: Envoy sends each request's headers and buffered JSON body, kvroute picks
+//! the pod and answers with `envoy.lb` dynamic metadata (the shipped `envoy/envoy.yaml`
+//! routes on it), and releases the request's in-flight slot exactly once when Envoy closes
+//! the side stream at the end of the response.
+//!
+//! Shape (linkerd2-proxy style): `main` parses flags ([`cli`]), loads the configuration
+//! ([`config`], [`env`]), sets up logging, builds the runtime and calls
+//! [`run`]`(config, source, shutdown)`, which binds the listeners, serves until the shutdown
+//! future completes and drains within the grace period.
+//!
+//! Modules: [`service`] (gRPC service) → [`stream`] (per-request state machine) →
+//! [`extract`] (prompt), [`respond`] (replies), [`ticket_guard`] (exactly-once release);
+//! [`shared`] (router + settings), [`metrics`], [`admin`], [`maintenance`] (router timers),
+//! [`reload`] (SIGHUP / file change), [`shutdown`], [`envoy_config`] (Envoy YAML).
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod admin;
+pub mod cli;
+pub mod config;
+pub mod env;
+pub mod envoy_config;
+pub mod extract;
+pub mod maintenance;
+pub mod metrics;
+pub mod reload;
+pub mod respond;
+pub mod service;
+pub mod shared;
+pub mod shutdown;
+pub mod stream;
+pub mod ticket_guard;
+
+use std::future::Future;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
+use futures_util::StreamExt;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic_health::ServingStatus;
+
+use crate::config::{Config, ConfigSource};
+use crate::service::ExtProc;
+use crate::shared::Shared;
+
+/// Why the service could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration could not be applied to a new router.
+    #[error("cannot build the router: {0}")]
+    Apply(#[from] shared::ApplyError),
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+}
+
+async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
+    let l = TcpListener::bind(addr)
+        .await
+        .map_err(|source| Error::Bind { addr, source })?;
+    let local = l
+        .local_addr()
+        .map_err(|source| Error::Bind { addr, source })?;
+    Ok((l, local))
+}
+
+/// Serves until `shutdown` completes, then stops accepting, reports NOT_SERVING (gRPC health
+/// and `/readyz`), and lets open ext_proc streams finish within `config.shutdown_grace`.
+///
+/// Once listening, prints one stdout line `kvroute-ext-proc listening grpc=ADDR admin=ADDR`
+/// (useful with port 0).
+pub async fn run(
+    config: Config,
+    source: ConfigSource,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    let mut registry = Registry::default();
+    let shared = Shared::new(&config, &mut registry)?;
+    let registry = Arc::new(registry);
+    let (grpc, grpc_addr) = bind(config.grpc_listen).await?;
+    let (admin, admin_addr) = bind(config.admin_listen).await?;
+
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<ExternalProcessorServer<ExtProc>>()
+        .await;
+    health.set_service_status("", ServingStatus::Serving).await;
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(admin::serve(
+        admin,
+        registry,
+        shared.clone(),
+        stop_rx.clone(),
+    ));
+    tokio::spawn(maintenance::run(shared.clone(), stop_rx.clone()));
+    tokio::spawn(reload::run(
+        source,
+        shared.clone(),
+        config.clone(),
+        stop_rx.clone(),
+    ));
+
+    let decode_limit = config.max_body_bytes.max(16 << 20) + (64 << 10);
+    let ext_proc = ExternalProcessorServer::new(ExtProc::new(shared.clone()))
+        .max_decoding_message_size(decode_limit);
+    let incoming = TcpListenerStream::new(grpc).map(|r| {
+        r.inspect(|s| {
+            let _ = s.set_nodelay(true);
+        })
+    });
+    let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(ext_proc)
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = drain_rx.await;
+        });
+    tokio::pin!(server);
+
+    shared.set_ready(true);
+    tracing::info!(grpc = %grpc_addr, admin = %admin_addr, "kvroute-ext-proc serving");
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "kvroute-ext-proc listening grpc={grpc_addr} admin={admin_addr}"
+    );
+    let _ = out.flush();
+    drop(out);
+
+    let early = tokio::select! {
+        r = &mut server => Some(r),
+        () = shutdown => None,
+    };
+    let result = match early {
+        Some(r) => r.map_err(Error::Serve),
+        None => {
+            shared.set_ready(false);
+            health
+                .set_not_serving::<ExternalProcessorServer<ExtProc>>()
+                .await;
+            health
+                .set_service_status("", ServingStatus::NotServing)
+                .await;
+            let _ = drain_tx.send(());
+            match tokio::time::timeout(config.shutdown_grace, &mut server).await {
+                Ok(r) => r.map_err(Error::Serve),
+                Err(_) => {
+                    let open = shared.router.lock().open_tickets();
+                    tracing::warn!(
+                        open_tickets = open,
+                        "shutdown grace period over; exiting with streams open"
+                    );
+                    Ok(())
+                }
+            }
+        }
+    };
+    let _ = stop_tx.send(true);
+    tracing::info!("kvroute-ext-proc stopped");
+    result
+}

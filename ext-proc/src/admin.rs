@@ -1,0 +1,87 @@
+//! The admin HTTP server: `GET /metrics` (OpenMetrics text), `/healthz` (the process is up)
+//! and `/readyz` (serving; 503 before start-up completes and once shutdown began).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::shared::Shared;
+
+fn reply(
+    status: StatusCode,
+    content_type: &'static str,
+    body: impl Into<Bytes>,
+) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(content_type),
+    );
+    r
+}
+
+/// Answers one admin request.
+pub fn handle(
+    method: &Method,
+    path: &str,
+    registry: &Registry,
+    shared: &Shared,
+) -> Response<Full<Bytes>> {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    if method != Method::GET && method != Method::HEAD {
+        return reply(StatusCode::METHOD_NOT_ALLOWED, TEXT, "GET only\n");
+    }
+    match path {
+        "/metrics" => reply(
+            StatusCode::OK,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            crate::metrics::render(registry),
+        ),
+        "/healthz" => reply(StatusCode::OK, TEXT, "ok\n"),
+        "/readyz" if shared.is_ready() => reply(StatusCode::OK, TEXT, "ready\n"),
+        "/readyz" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "not ready\n"),
+        _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
+    }
+}
+
+/// Serves admin requests on `listener` until `stop` changes.
+pub async fn serve(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "admin accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let (registry, shared) = (registry.clone(), shared.clone());
+        let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+            let r = handle(req.method(), req.uri().path(), &registry, &shared);
+            async move { Ok::<_, Infallible>(r) }
+        });
+        tokio::spawn(async move {
+            let _ = http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,488 @@
+//! Configuration: a TOML file, overridden by AIBrix's environment variables, overridden by
+//! command-line flags, validated into one [`Config`].
+//!
+//! The layering is the same at start-up and on every reload ([`ConfigSource::load`]), so a
+//! SIGHUP or an edited file can never drop an override given on the command line. The
+//! environment is read once at start-up ([`crate::env::EnvSnapshot`]), like AIBrix does.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kvroute_core::{RouterConfig, StrategySpec};
+use serde::Deserialize;
+
+use crate::env::{EnvError, EnvSnapshot};
+
+/// Default gRPC (ext_proc + health) listen address: loopback only.
+pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:50052";
+/// Default admin (metrics, health, readiness) listen address: loopback only.
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
+/// Default largest request body routed (AIBrix's `AIBRIX_GRPC_MAX_MESSAGE_SIZE_BYTES`): 4 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+/// Default time in-flight streams get to finish after SIGTERM.
+pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Why a configuration was rejected. On reload the old configuration stays in force.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The IO error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has unknown keys or wrong types.
+    #[error("invalid TOML in {path}: {message}")]
+    Toml {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// An environment variable has a value that cannot be used.
+    #[error(transparent)]
+    Env(#[from] EnvError),
+    /// The default routing strategy does not parse.
+    #[error("invalid default routing strategy {spec:?}: {source}")]
+    Strategy {
+        /// The text given.
+        spec: String,
+        /// Why it is invalid.
+        source: kvroute_core::StrategyError,
+    },
+    /// A router parameter is out of range.
+    #[error("invalid router setting: {0}")]
+    Router(#[from] kvroute_core::ConfigError),
+    /// A model or pod entry is invalid.
+    #[error("invalid model/pod entry: {0}")]
+    Pods(String),
+    /// A limit is out of range.
+    #[error("invalid limit: {0}")]
+    Limit(String),
+}
+
+/// The TOML file as written. Every key is optional; see `ext-proc/README.md` for the format.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// `[listen]`
+    #[serde(default)]
+    pub listen: ListenSection,
+    /// `[routing]`
+    #[serde(default)]
+    pub routing: RoutingSection,
+    /// `[prefix_cache]`
+    #[serde(default)]
+    pub prefix_cache: PrefixCacheSection,
+    /// `[limits]`
+    #[serde(default)]
+    pub limits: LimitsSection,
+    /// `[models.<name>]`: the pods serving each model.
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelSection>,
+}
+
+/// `[listen]`: where the service listens. Changing these needs a restart.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListenSection {
+    /// ext_proc and gRPC health (default `127.0.0.1:50052`).
+    pub grpc: Option<SocketAddr>,
+    /// `/metrics`, `/healthz`, `/readyz` (default `127.0.0.1:9464`).
+    pub admin: Option<SocketAddr>,
+}
+
+/// `[routing]`
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingSection {
+    /// Strategy for requests without a `routing-strategy` header (default `prefix-cache`).
+    pub default_strategy: Option<String>,
+    /// Seed of the router's PRNG; random per process when absent.
+    pub seed: Option<u64>,
+    /// Model whose pods serve requests without a body (GET); default: the first model.
+    pub default_model: Option<String>,
+    /// Ticket safety-net lifetime in seconds (default 1800).
+    pub ticket_ttl_secs: Option<u64>,
+}
+
+/// `[prefix_cache]`, with AIBrix's names.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrefixCacheSection {
+    /// Block size in bytes (default 128).
+    pub block_size: Option<usize>,
+    /// Index capacity in blocks (default 200,000).
+    pub block_number: Option<usize>,
+    /// Index entry lifetime in minutes (default 20).
+    pub eviction_duration_mins: Option<u64>,
+    /// Imbalance threshold (default 16).
+    pub imbalance_abs_count: Option<u32>,
+    /// `k` in `load ≤ μ + k·σ` (default 2).
+    pub standard_deviation_factor: Option<f64>,
+    /// Prompt hash seed; derived from the router seed when absent.
+    pub hash_seed: Option<u64>,
+}
+
+/// `[limits]`
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Largest request body routed; larger bodies get 413 (default 4 MiB).
+    pub max_body_bytes: Option<usize>,
+    /// Seconds in-flight streams get after SIGTERM (default 30).
+    pub shutdown_grace_secs: Option<u64>,
+}
+
+/// `[models.<name>]`
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// The pods serving the model.
+    #[serde(default)]
+    pub pods: Vec<PodEntry>,
+}
+
+/// One pod: a unique name and the `ip:port` Envoy connects to.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodEntry {
+    /// Unique pod name (returned in `target-pod`).
+    pub name: String,
+    /// `ip:port` (an IP literal, as Envoy's ORIGINAL_DST cluster requires).
+    pub address: String,
+}
+
+/// Values given on the command line; they win over the file and the environment.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// `--grpc-listen`
+    pub grpc_listen: Option<SocketAddr>,
+    /// `--admin-listen`
+    pub admin_listen: Option<SocketAddr>,
+    /// `--default-strategy`
+    pub default_strategy: Option<String>,
+    /// `--max-body-bytes`
+    pub max_body_bytes: Option<usize>,
+    /// `--shutdown-grace-secs`
+    pub shutdown_grace_secs: Option<u64>,
+    /// `--seed`
+    pub seed: Option<u64>,
+}
+
+/// A validated configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// ext_proc + gRPC health listen address.
+    pub grpc_listen: SocketAddr,
+    /// Admin HTTP listen address.
+    pub admin_listen: SocketAddr,
+    /// Router parameters (default strategy included).
+    pub router: RouterConfig,
+    /// The default strategy as written, echoed in the `routing-strategy` response header.
+    pub default_strategy_text: String,
+    /// Model used for requests without a body.
+    pub default_model: Option<String>,
+    /// Model name → pods, sorted by model name.
+    pub models: BTreeMap<String, Vec<PodEntry>>,
+    /// Largest request body routed.
+    pub max_body_bytes: usize,
+    /// Grace period after SIGTERM.
+    pub shutdown_grace: Duration,
+}
+
+impl Config {
+    /// Every distinct pod (by name) across models, in model then file order.
+    pub fn all_pods(&self) -> Vec<&PodEntry> {
+        let mut seen = std::collections::HashSet::new();
+        self.models
+            .values()
+            .flatten()
+            .filter(|p| seen.insert(p.name.as_str()))
+            .collect()
+    }
+}
+
+/// Where configurations come from: an optional file plus the fixed env snapshot and flags.
+#[derive(Clone, Debug)]
+pub struct ConfigSource {
+    /// The TOML file, if any.
+    pub path: Option<PathBuf>,
+    /// AIBrix environment variables, read once at start-up.
+    pub env: EnvSnapshot,
+    /// Command-line values.
+    pub overrides: Overrides,
+    /// Seed used when neither the file nor the flags set one; fixed for the process so that
+    /// reloads keep the prompt hashes (and so the index) valid.
+    pub process_seed: u64,
+}
+
+impl ConfigSource {
+    /// Reads the file (if any), applies env and flags, validates.
+    pub fn load(&self) -> Result<Config, ConfigError> {
+        let file = match &self.path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                parse_toml(&text, path)?
+            }
+            None => FileConfig::default(),
+        };
+        build(file, &self.env, &self.overrides, self.process_seed)
+    }
+}
+
+/// Parses the TOML text of a configuration file.
+pub fn parse_toml(text: &str, path: &Path) -> Result<FileConfig, ConfigError> {
+    toml::from_str(text).map_err(|e| ConfigError::Toml {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Layers file → env → flags and validates.
+pub fn build(
+    mut file: FileConfig,
+    env: &EnvSnapshot,
+    overrides: &Overrides,
+    process_seed: u64,
+) -> Result<Config, ConfigError> {
+    env.apply(&mut file)?;
+    let o = overrides;
+    let default_strategy_text = o
+        .default_strategy
+        .clone()
+        .or(file.routing.default_strategy.clone())
+        .unwrap_or_else(|| StrategySpec::default().to_string());
+    let default_strategy =
+        StrategySpec::parse(&default_strategy_text).map_err(|source| ConfigError::Strategy {
+            spec: default_strategy_text.clone(),
+            source,
+        })?;
+    let pc = &file.prefix_cache;
+    let defaults = RouterConfig::default();
+    let router = RouterConfig {
+        seed: o.seed.or(file.routing.seed).unwrap_or(process_seed),
+        hash_seed: pc.hash_seed,
+        block_size: pc.block_size.unwrap_or(defaults.block_size),
+        index_capacity: pc.block_number.unwrap_or(defaults.index_capacity),
+        index_ttl_ms: pc
+            .eviction_duration_mins
+            .map_or(defaults.index_ttl_ms, |m| m.saturating_mul(60_000)),
+        ticket_ttl_ms: file
+            .routing
+            .ticket_ttl_secs
+            .map_or(defaults.ticket_ttl_ms, |s| s.saturating_mul(1000)),
+        imbalance_abs_count: pc
+            .imbalance_abs_count
+            .unwrap_or(defaults.imbalance_abs_count),
+        stddev_factor: pc
+            .standard_deviation_factor
+            .unwrap_or(defaults.stddev_factor),
+        default_strategy,
+        ..defaults
+    };
+    router.validate()?;
+
+    let max_body_bytes = o
+        .max_body_bytes
+        .or(file.limits.max_body_bytes)
+        .unwrap_or(DEFAULT_MAX_BODY_BYTES);
+    if max_body_bytes == 0 || max_body_bytes > 256 * 1024 * 1024 {
+        return Err(ConfigError::Limit(format!(
+            "max_body_bytes must be in 1..=256 MiB, got {max_body_bytes}"
+        )));
+    }
+    let grace = o.shutdown_grace_secs.or(file.limits.shutdown_grace_secs);
+    let shutdown_grace = grace.map_or(DEFAULT_SHUTDOWN_GRACE, Duration::from_secs);
+
+    validate_models(&file.models)?;
+    let models: BTreeMap<String, Vec<PodEntry>> =
+        file.models.into_iter().map(|(m, s)| (m, s.pods)).collect();
+    let default_model = file.routing.default_model.clone();
+    if let Some(m) = &default_model {
+        if !models.contains_key(m) {
+            return Err(ConfigError::Pods(format!(
+                "default_model {m:?} is not a configured model"
+            )));
+        }
+    }
+    Ok(Config {
+        grpc_listen: o
+            .grpc_listen
+            .or(file.listen.grpc)
+            .unwrap_or_else(|| parse_addr(DEFAULT_GRPC_LISTEN)),
+        admin_listen: o
+            .admin_listen
+            .or(file.listen.admin)
+            .unwrap_or_else(|| parse_addr(DEFAULT_ADMIN_LISTEN)),
+        router,
+        default_strategy_text,
+        default_model,
+        models,
+        max_body_bytes,
+        shutdown_grace,
+    })
+}
+
+fn parse_addr(s: &str) -> SocketAddr {
+    // unwrap safety: only called with the constants above, checked by a unit test.
+    s.parse().expect("valid default address")
+}
+
+fn validate_models(models: &BTreeMap<String, ModelSection>) -> Result<(), ConfigError> {
+    let mut addresses: BTreeMap<&str, &str> = BTreeMap::new();
+    for (model, section) in models {
+        if model.is_empty() {
+            return Err(ConfigError::Pods("empty model name".into()));
+        }
+        let mut names = std::collections::HashSet::new();
+        for pod in &section.pods {
+            if pod.name.is_empty() {
+                return Err(ConfigError::Pods(format!(
+                    "model {model:?}: empty pod name"
+                )));
+            }
+            if pod.address.parse::<SocketAddr>().is_err() {
+                return Err(ConfigError::Pods(format!(
+                    "model {model:?}: pod {:?} address {:?} is not ip:port",
+                    pod.name, pod.address
+                )));
+            }
+            if !names.insert(pod.name.as_str()) {
+                return Err(ConfigError::Pods(format!(
+                    "model {model:?}: pod {:?} listed twice",
+                    pod.name
+                )));
+            }
+            if let Some(prev) = addresses.insert(pod.name.as_str(), pod.address.as_str()) {
+                if prev != pod.address {
+                    return Err(ConfigError::Pods(format!(
+                        "pod {:?} has two addresses ({prev} and {})",
+                        pod.name, pod.address
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str, env: &[(&str, &str)], o: Overrides) -> Result<Config, ConfigError> {
+        let file = parse_toml(text, Path::new("t.toml"))?;
+        build(file, &EnvSnapshot::from_pairs(env), &o, 7)
+    }
+
+    const FILE: &str = r#"
+        [routing]
+        default_strategy = "least-request"
+        [prefix_cache]
+        block_size = 64
+        [models.study]
+        pods = [{ name = "a", address = "127.0.0.1:8001" }, { name = "b", address = "127.0.0.1:8002" }]
+    "#;
+
+    #[test]
+    fn defaults_listen_on_loopback() {
+        let c = load("", &[], Overrides::default()).unwrap();
+        assert!(c.grpc_listen.ip().is_loopback() && c.admin_listen.ip().is_loopback());
+        assert_eq!(c.default_strategy_text, "prefix-cache");
+        assert_eq!(c.router.seed, 7);
+        assert_eq!(c.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+    }
+
+    #[test]
+    fn env_overrides_file_and_flags_override_env() {
+        let c = load(FILE, &[], Overrides::default()).unwrap();
+        assert_eq!(c.default_strategy_text, "least-request");
+        assert_eq!(c.router.block_size, 64);
+        assert_eq!(c.models["study"].len(), 2);
+
+        let env = [
+            ("ROUTING_ALGORITHM", "random"),
+            ("AIBRIX_PREFIX_CACHE_BLOCK_SIZE", "32"),
+        ];
+        let c = load(FILE, &env, Overrides::default()).unwrap();
+        assert_eq!(c.default_strategy_text, "random");
+        assert_eq!(c.router.block_size, 32);
+
+        let o = Overrides {
+            default_strategy: Some("prefix-cache".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            load(FILE, &env, o).unwrap().default_strategy_text,
+            "prefix-cache"
+        );
+    }
+
+    #[test]
+    fn bad_files_are_typed_errors() {
+        assert!(matches!(
+            load("[listen]\nbogus = 1", &[], Overrides::default()),
+            Err(ConfigError::Toml { .. })
+        ));
+        assert!(matches!(
+            load(
+                "[routing]\ndefault_strategy = \"fastest\"",
+                &[],
+                Overrides::default()
+            ),
+            Err(ConfigError::Strategy { .. })
+        ));
+        let bad_addr = "[models.m]\npods = [{ name = \"a\", address = \"localhost:1\" }]";
+        assert!(matches!(
+            load(bad_addr, &[], Overrides::default()),
+            Err(ConfigError::Pods(_))
+        ));
+        let dup = "[models.m]\npods = [{ name = \"a\", address = \"127.0.0.1:1\" }, { name = \"a\", address = \"127.0.0.1:2\" }]";
+        assert!(matches!(
+            load(dup, &[], Overrides::default()),
+            Err(ConfigError::Pods(_))
+        ));
+        assert!(matches!(
+            load("[prefix_cache]\nblock_size = 0", &[], Overrides::default()),
+            Err(ConfigError::Router(_))
+        ));
+        assert!(matches!(
+            load("[limits]\nmax_body_bytes = 0", &[], Overrides::default()),
+            Err(ConfigError::Limit(_))
+        ));
+        assert!(matches!(
+            load(
+                "[routing]\ndefault_model = \"x\"",
+                &[],
+                Overrides::default()
+            ),
+            Err(ConfigError::Pods(_))
+        ));
+    }
+
+    #[test]
+    fn a_pod_may_serve_two_models_at_one_address() {
+        let two = "[models.m1]\npods = [{ name = \"a\", address = \"127.0.0.1:1\" }]\n[models.m2]\npods = [{ name = \"a\", address = \"127.0.0.1:1\" }]";
+        assert_eq!(
+            load(two, &[], Overrides::default())
+                .unwrap()
+                .all_pods()
+                .len(),
+            1
+        );
+        let clash = "[models.m1]\npods = [{ name = \"a\", address = \"127.0.0.1:1\" }]\n[models.m2]\npods = [{ name = \"a\", address = \"127.0.0.1:2\" }]";
+        assert!(matches!(
+            load(clash, &[], Overrides::default()),
+            Err(ConfigError::Pods(_))
+        ));
+    }
+}

@@ -1,0 +1,110 @@
+//! Renders `envoy/envoy.template.yaml` for a kvroute [`Config`]: Envoy's listener and admin
+//! addresses, the ext_proc address (kvroute's gRPC listener), the round-robin fallback pool
+//! (every configured pod), the buffer limit and the response-headers phase.
+
+use std::net::SocketAddr;
+
+use crate::config::Config;
+
+/// The template, shipped in `envoy/`.
+pub const TEMPLATE: &str = include_str!("../../envoy/envoy.template.yaml");
+
+/// Envoy-side settings that are not in the kvroute configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EnvoyOptions {
+    /// Where Envoy listens for clients.
+    pub listen: SocketAddr,
+    /// Envoy's admin address.
+    pub admin: SocketAddr,
+    /// `response_header_mode: SEND` (client gets `target-pod` & co.) or `SKIP`.
+    pub response_headers: bool,
+}
+
+impl Default for EnvoyOptions {
+    fn default() -> Self {
+        EnvoyOptions {
+            listen: SocketAddr::from(([127, 0, 0, 1], 10000)),
+            admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
+            response_headers: true,
+        }
+    }
+}
+
+fn ip(addr: SocketAddr) -> String {
+    addr.ip().to_string()
+}
+
+/// The Envoy YAML.
+pub fn render(config: &Config, opts: &EnvoyOptions) -> String {
+    let pods = config.all_pods();
+    let endpoints = if pods.is_empty() {
+        " []".to_owned()
+    } else {
+        pods.iter()
+            .filter_map(|p| p.address.parse::<SocketAddr>().ok())
+            .map(|a| {
+                format!(
+                    "\n        - endpoint: {{ address: {{ socket_address: {{ address: {}, port_value: {} }} }} }}",
+                    ip(a),
+                    a.port()
+                )
+            })
+            .collect()
+    };
+    let buffer = config.max_body_bytes.saturating_mul(2);
+    TEMPLATE
+        .replace("__ADMIN_ADDRESS__", &ip(opts.admin))
+        .replace("__ADMIN_PORT__", &opts.admin.port().to_string())
+        .replace("__LISTEN_ADDRESS__", &ip(opts.listen))
+        .replace("__LISTEN_PORT__", &opts.listen.port().to_string())
+        .replace("__BUFFER_LIMIT__", &buffer.to_string())
+        .replace(
+            "__RESPONSE_HEADER_MODE__",
+            if opts.response_headers {
+                "SEND"
+            } else {
+                "SKIP"
+            },
+        )
+        .replace("__EXT_PROC_ADDRESS__", &ip(config.grpc_listen))
+        .replace("__EXT_PROC_PORT__", &config.grpc_listen.port().to_string())
+        .replace("__FALLBACK_ENDPOINTS__", &endpoints)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{build, parse_toml, Overrides};
+    use crate::env::EnvSnapshot;
+
+    fn example() -> Config {
+        let text = include_str!("../../envoy/kvroute.example.toml");
+        let file = parse_toml(text, std::path::Path::new("kvroute.example.toml")).unwrap();
+        build(file, &EnvSnapshot::default(), &Overrides::default(), 0).unwrap()
+    }
+
+    #[test]
+    fn every_token_is_filled() {
+        let y = render(&example(), &EnvoyOptions::default());
+        assert!(!y.contains("__"), "unfilled token in:\n{y}");
+        assert!(y.contains("response_header_mode: SEND"));
+        let off = render(
+            &example(),
+            &EnvoyOptions {
+                response_headers: false,
+                ..Default::default()
+            },
+        );
+        assert!(off.contains("response_header_mode: SKIP"));
+    }
+
+    #[test]
+    fn shipped_envoy_yaml_is_the_rendered_example() {
+        let shipped = include_str!("../../envoy/envoy.yaml");
+        assert_eq!(
+            shipped,
+            render(&example(), &EnvoyOptions::default()),
+            "re-render envoy/envoy.yaml (see envoy/README.md)"
+        );
+    }
+}

@@ -1,0 +1,61 @@
+//! `kvroute-ext-proc`: flags → configuration → logging → runtime → [`kvroute_ext_proc::run`].
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use kvroute_ext_proc::cli::{Cli, Command};
+use kvroute_ext_proc::envoy_config::{self, EnvoyOptions};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let source = cli.source();
+    let config = match source.load() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kvroute-ext-proc: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(Command::EnvoyConfig {
+        listen,
+        admin,
+        no_response_headers,
+    }) = cli.command
+    {
+        let opts = EnvoyOptions {
+            listen,
+            admin,
+            response_headers: !no_response_headers,
+        };
+        print!("{}", envoy_config::render(&config, &opts));
+        return ExitCode::SUCCESS;
+    }
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = cli.workers {
+        builder.worker_threads(n.max(1));
+    }
+    let runtime = match builder.enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("kvroute-ext-proc: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(kvroute_ext_proc::run(
+        config,
+        source,
+        kvroute_ext_proc::shutdown::signal(),
+    )) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "kvroute-ext-proc failed");
+            ExitCode::FAILURE
+        }
+    }
+}

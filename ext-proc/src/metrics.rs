@@ -1,0 +1,310 @@
+//! Prometheus metrics. The [`Registry`] is built in [`crate::run`] and passed down; nothing is
+//! global.
+//!
+//! Router counters are read from [`kvroute_core::Router::stats`] at scrape time by
+//! [`RouterCollector`], with AIBrix's names, labels and buckets (spec §5.1,
+//! `using_kv_sync="false"`). Per-request service metrics (routing latency, rejections,
+//! ext_proc stream ends and errors, reloads) are live prometheus-client metrics.
+
+use std::sync::Arc;
+
+use kvroute_core::{Outcome, Reason, Router, MATCH_BUCKETS};
+use parking_lot::Mutex;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+fn latency_histogram() -> Histogram {
+    // AIBrix: 15 exponential buckets from 10 µs, factor 2 (up to 163.84 ms).
+    Histogram::new(exponential_buckets(1e-5, 2.0, 15))
+}
+
+/// Live service metrics.
+#[derive(Debug)]
+pub struct Metrics {
+    routing_latency: Family<Labels, Histogram, fn() -> Histogram>,
+    rejects: Family<Labels, Counter>,
+    streams_open: Gauge,
+    stream_ends: Family<Labels, Counter>,
+    release_errors: Counter,
+    reloads: Family<Labels, Counter>,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them (and a [`RouterCollector`] over `router`).
+    pub fn register(registry: &mut Registry, router: Arc<Mutex<Router>>) -> Metrics {
+        let m = Metrics {
+            routing_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            rejects: Family::default(),
+            streams_open: Gauge::default(),
+            stream_ends: Family::default(),
+            release_errors: Counter::default(),
+            reloads: Family::default(),
+        };
+        registry.register(
+            "aibrix_prefix_cache_routing_latency_seconds",
+            "Time spent in the routing decision",
+            m.routing_latency.clone(),
+        );
+        registry.register(
+            "kvroute_requests_rejected",
+            "Requests answered by kvroute itself (ImmediateResponse), by kind",
+            m.rejects.clone(),
+        );
+        registry.register(
+            "kvroute_ext_proc_streams_open",
+            "ext_proc streams currently open",
+            m.streams_open.clone(),
+        );
+        registry.register(
+            "kvroute_ext_proc_stream_ends",
+            "ext_proc streams ended, by how (eos = clean END_STREAM, reset = RST from Envoy, error = kvroute failed it, send_failed = Envoy stopped reading)",
+            m.stream_ends.clone(),
+        );
+        registry.register(
+            "kvroute_ticket_release_errors",
+            "Ticket completions the router refused (must stay 0)",
+            m.release_errors.clone(),
+        );
+        registry.register(
+            "kvroute_config_reloads",
+            "Configuration reloads, by result",
+            m.reloads.clone(),
+        );
+        registry.register_collector(Box::new(RouterCollector { router }));
+        m
+    }
+
+    /// Records the time spent in one routing decision.
+    pub fn observe_routing(&self, model: &str, seconds: f64) {
+        let labels = vec![
+            ("model", model.to_owned()),
+            ("using_kv_sync", "false".to_owned()),
+        ];
+        self.routing_latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Counts a rejection.
+    pub fn reject(&self, kind: &'static str) {
+        self.rejects
+            .get_or_create(&vec![("kind", kind.to_owned())])
+            .inc();
+    }
+
+    /// An ext_proc stream opened.
+    pub fn stream_opened(&self) {
+        self.streams_open.inc();
+    }
+
+    /// An ext_proc stream ended (`how`: eos, reset, error, send_failed).
+    pub fn stream_ended(&self, how: &'static str) {
+        self.streams_open.dec();
+        self.stream_ends
+            .get_or_create(&vec![("how", how.to_owned())])
+            .inc();
+    }
+
+    /// The router refused a completion (a bug if it ever happens).
+    pub fn release_error(&self) {
+        self.release_errors.inc();
+    }
+
+    /// A reload finished (`result`: ok, error).
+    pub fn reloaded(&self, result: &'static str) {
+        self.reloads
+            .get_or_create(&vec![("result", result.to_owned())])
+            .inc();
+    }
+}
+
+/// Encodes [`Router::stats`] on every scrape.
+#[derive(Debug)]
+pub struct RouterCollector {
+    router: Arc<Mutex<Router>>,
+}
+
+fn counter(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, u64)],
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn gauge(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    rows: &[(Labels, i64)],
+) -> std::fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
+    }
+    Ok(())
+}
+
+fn kv(pairs: &[(&'static str, &str)]) -> Labels {
+    pairs.iter().map(|(k, v)| (*k, (*v).to_owned())).collect()
+}
+
+impl prometheus_client::collector::Collector for RouterCollector {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let stats = self.router.lock().stats();
+        let (mut decisions, mut selections, mut imbalance, mut errors, mut routed) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        for m in &stats.models {
+            let model = &*m.model;
+            for (i, b) in MATCH_BUCKETS.iter().enumerate() {
+                let l = kv(&[
+                    ("model", model),
+                    ("match_percent_bucket", b),
+                    ("using_kv_sync", "false"),
+                ]);
+                decisions.push((l, m.decisions_by_bucket[i]));
+            }
+            for r in Reason::ALL {
+                if r.is_prefix_cache() {
+                    let l = kv(&[
+                        ("model", model),
+                        ("selection", r.as_str()),
+                        ("using_kv_sync", "false"),
+                    ]);
+                    selections.push((l, m.routed(r)));
+                }
+                routed.push((kv(&[("model", model), ("reason", r.as_str())]), m.routed(r)));
+            }
+            imbalance.push((
+                kv(&[("model", model), ("using_kv_sync", "false")]),
+                m.imbalance_events,
+            ));
+            let l = kv(&[
+                ("model", model),
+                ("reason", "no_target_pod"),
+                ("using_kv_sync", "false"),
+            ]);
+            errors.push((l, m.no_ready_pod));
+        }
+        counter(
+            &mut enc,
+            "aibrix_prefix_cache_routing_decisions",
+            "prefix-cache decisions by the chosen pod's match percent",
+            &decisions,
+        )?;
+        counter(
+            &mut enc,
+            "aibrix_prefix_cache_routing_selection",
+            "prefix-cache selections by kind",
+            &selections,
+        )?;
+        counter(
+            &mut enc,
+            "aibrix_prefix_cache_load_imbalance",
+            "Load-imbalance guard activations",
+            &imbalance,
+        )?;
+        counter(
+            &mut enc,
+            "aibrix_prefix_cache_routing_errors",
+            "Routing errors by reason",
+            &errors,
+        )?;
+        counter(
+            &mut enc,
+            "kvroute_routed",
+            "Requests routed, by model and reason",
+            &routed,
+        )?;
+
+        let mut in_flight = vec![];
+        let mut pod_routed = vec![];
+        for p in &stats.pods {
+            let l = kv(&[("pod", &p.name), ("address", &p.address)]);
+            in_flight.push((l.clone(), i64::from(p.in_flight)));
+            pod_routed.push((l, p.routed));
+        }
+        gauge(
+            &mut enc,
+            "kvroute_pod_in_flight",
+            "Requests routed to the pod and not yet finished",
+            &in_flight,
+        )?;
+        counter(
+            &mut enc,
+            "kvroute_pod_routed",
+            "Requests routed to the pod",
+            &pod_routed,
+        )?;
+
+        let t = &stats.tickets;
+        let open = i64::try_from(t.open).unwrap_or(i64::MAX);
+        gauge(
+            &mut enc,
+            "kvroute_tickets_open",
+            "Tickets issued and not yet released",
+            &[(vec![], open)],
+        )?;
+        let outcomes: Vec<_> = Outcome::ALL
+            .iter()
+            .enumerate()
+            .map(|(i, o)| (kv(&[("outcome", o.as_str())]), t.completed[i]))
+            .collect();
+        counter(
+            &mut enc,
+            "kvroute_tickets_completed",
+            "Tickets released by the ext_proc stream end",
+            &outcomes,
+        )?;
+        counter(
+            &mut enc,
+            "kvroute_tickets_expired",
+            "Tickets released by the TTL safety net",
+            &[(vec![], t.expired)],
+        )?;
+        counter(
+            &mut enc,
+            "kvroute_tickets_orphaned",
+            "Tickets completed after their pod was removed",
+            &[(vec![], t.orphaned)],
+        )?;
+        counter(
+            &mut enc,
+            "kvroute_tickets_rejected",
+            "Duplicate or unknown completions",
+            &[(vec![], t.rejected)],
+        )?;
+        counter(
+            &mut enc,
+            "kvroute_unknown_model",
+            "Requests for a model no pod serves",
+            &[(vec![], stats.unknown_model)],
+        )?;
+        let blocks = i64::try_from(stats.index.blocks).unwrap_or(i64::MAX);
+        gauge(
+            &mut enc,
+            "kvroute_index_blocks",
+            "Blocks in the prefix index",
+            &[(vec![], blocks)],
+        )?;
+        Ok(())
+    }
+}
+
+/// Renders the registry in the OpenMetrics text format.
+pub fn render(registry: &Registry) -> String {
+    let mut out = String::new();
+    // A fmt::Write into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, registry);
+    out
+}

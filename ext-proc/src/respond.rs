@@ -1,0 +1,369 @@
+//! `ProcessingResponse` builders: the routing decision (header mutation + `envoy.lb`
+//! dynamic metadata), client response headers, and `ImmediateResponse` rejections with
+//! OpenAI-style JSON and AIBrix's marker headers (spec §1.6).
+//!
+//! Every header value goes in `raw_value`: Envoy 1.40 sets a header to the empty string when
+//! the value is in `value` (envoy-extproc.md gotcha 2).
+
+use envoy_types::pb::envoy::config::core::v3::{
+    header_value_option::HeaderAppendAction, HeaderValue, HeaderValueOption,
+};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    processing_response::Response, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse,
+    ImmediateResponse, ProcessingResponse, TrailersResponse,
+};
+use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+
+/// Header (and `envoy.lb` metadata key) carrying the chosen `ip:port`, as the Gateway API
+/// Inference Extension names it.
+pub const DESTINATION_HEADER: &str = "x-gateway-destination-endpoint";
+/// Dynamic-metadata namespace the shipped Envoy config routes on.
+pub const LB_NAMESPACE: &str = "envoy.lb";
+
+/// One header to set (overwriting any client value).
+pub fn header(key: &str, value: impl Into<Vec<u8>>) -> HeaderValueOption {
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: key.to_owned(),
+            raw_value: value.into(),
+            ..Default::default()
+        }),
+        append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
+        ..Default::default()
+    }
+}
+
+fn mutation(headers: Vec<HeaderValueOption>) -> Option<HeaderMutation> {
+    (!headers.is_empty()).then(|| HeaderMutation {
+        set_headers: headers,
+        remove_headers: Vec::new(),
+    })
+}
+
+/// Where to send the request: request headers `x-gateway-destination-endpoint` and
+/// `target-pod` (AIBrix) set to `address`, plus `envoy.lb/x-gateway-destination-endpoint`
+/// metadata. `clear_route_cache` makes Envoy re-match the route, so the metadata-present
+/// route (not the round-robin fallback) is taken.
+#[derive(Clone, Debug)]
+pub struct RouteTo<'a> {
+    /// `ip:port` of the chosen pod.
+    pub address: &'a str,
+    /// `routing-strategy` to forward upstream (AIBrix forwards it).
+    pub strategy: &'a str,
+}
+
+fn route_common(to: &RouteTo<'_>) -> CommonResponse {
+    let headers = vec![
+        header(DESTINATION_HEADER, to.address),
+        header("target-pod", to.address),
+        header("routing-strategy", to.strategy),
+    ];
+    CommonResponse {
+        header_mutation: mutation(headers),
+        clear_route_cache: true,
+        ..Default::default()
+    }
+}
+
+fn lb_metadata(address: &str) -> Struct {
+    let mut inner = Struct::default();
+    inner.fields.insert(
+        DESTINATION_HEADER.to_owned(),
+        Value {
+            kind: Some(Kind::StringValue(address.to_owned())),
+        },
+    );
+    let mut outer = Struct::default();
+    outer.fields.insert(
+        LB_NAMESPACE.to_owned(),
+        Value {
+            kind: Some(Kind::StructValue(inner)),
+        },
+    );
+    outer
+}
+
+/// Routing decision as the reply to `request_headers` (requests without a body).
+pub fn route_in_headers(to: &RouteTo<'_>) -> ProcessingResponse {
+    ProcessingResponse {
+        response: Some(Response::RequestHeaders(HeadersResponse {
+            response: Some(route_common(to)),
+        })),
+        dynamic_metadata: Some(lb_metadata(to.address)),
+        ..Default::default()
+    }
+}
+
+/// Routing decision as the reply to the buffered `request_body` (header mutations in a body
+/// reply apply only in BUFFERED mode).
+pub fn route_in_body(to: &RouteTo<'_>) -> ProcessingResponse {
+    ProcessingResponse {
+        response: Some(Response::RequestBody(BodyResponse {
+            response: Some(route_common(to)),
+        })),
+        dynamic_metadata: Some(lb_metadata(to.address)),
+        ..Default::default()
+    }
+}
+
+/// Plain CONTINUE to `request_headers` (the body follows).
+pub fn continue_request_headers() -> ProcessingResponse {
+    ProcessingResponse {
+        response: Some(Response::RequestHeaders(HeadersResponse::default())),
+        ..Default::default()
+    }
+}
+
+/// Plain CONTINUE to a non-final request body chunk, or any body chunk of the response.
+pub fn continue_body(request: bool) -> ProcessingResponse {
+    let b = BodyResponse::default();
+    let response = if request {
+        Response::RequestBody(b)
+    } else {
+        Response::ResponseBody(b)
+    };
+    ProcessingResponse {
+        response: Some(response),
+        ..Default::default()
+    }
+}
+
+/// Reply to trailers (request or response): no change.
+pub fn continue_trailers(request: bool) -> ProcessingResponse {
+    let t = TrailersResponse::default();
+    let response = if request {
+        Response::RequestTrailers(t)
+    } else {
+        Response::ResponseTrailers(t)
+    };
+    ProcessingResponse {
+        response: Some(response),
+        ..Default::default()
+    }
+}
+
+/// Client response headers: `target-pod`, `target-pod-ip`, `routing-strategy`, `request-id`,
+/// `x-kvroute-decision` (each only when known).
+pub fn response_headers(headers: Vec<HeaderValueOption>) -> ProcessingResponse {
+    let common = CommonResponse {
+        header_mutation: mutation(headers),
+        ..Default::default()
+    };
+    ProcessingResponse {
+        response: Some(Response::ResponseHeaders(HeadersResponse {
+            response: Some(common),
+        })),
+        ..Default::default()
+    }
+}
+
+/// A request kvroute answers itself, with AIBrix's status, marker header and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reject {
+    /// 400: model absent, empty or not served (`x-error-no-model-backends: <model>`).
+    UnknownModel(String),
+    /// 503: the model has no ready pod (`x-error-no-model-backends: true`).
+    NoReadyPod(String),
+    /// 400: the `routing-strategy` header does not parse (`x-error-routing: true`).
+    BadStrategy(String),
+    /// 400: the body is not usable JSON (`x-error-request-body-processing: true`).
+    BadBody(String),
+    /// 400: chat request without messages (`x-error-request-body-processing: true`).
+    NoMessages,
+    /// 413: body larger than the configured limit (`x-error-request-body-processing: true`).
+    TooLarge {
+        /// The configured limit.
+        limit: usize,
+    },
+}
+
+impl Reject {
+    /// HTTP status.
+    pub fn status(&self) -> u16 {
+        match self {
+            Reject::UnknownModel(_)
+            | Reject::BadStrategy(_)
+            | Reject::BadBody(_)
+            | Reject::NoMessages => 400,
+            Reject::NoReadyPod(_) => 503,
+            Reject::TooLarge { .. } => 413,
+        }
+    }
+
+    /// Short label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reject::UnknownModel(_) => "model_not_found",
+            Reject::NoReadyPod(_) => "no_ready_pod",
+            Reject::BadStrategy(_) => "bad_strategy",
+            Reject::BadBody(_) => "bad_body",
+            Reject::NoMessages => "no_messages",
+            Reject::TooLarge { .. } => "too_large",
+        }
+    }
+
+    /// `(message, code, param, marker header, marker value)`.
+    fn parts(
+        &self,
+    ) -> (
+        String,
+        Option<&'static str>,
+        Option<&'static str>,
+        &'static str,
+        String,
+    ) {
+        const BODY: &str = "x-error-request-body-processing";
+        match self {
+            Reject::UnknownModel(m) => (
+                format!("model {m} does not exist"),
+                Some("model_not_found"),
+                Some("model"),
+                "x-error-no-model-backends",
+                m.clone(),
+            ),
+            Reject::NoReadyPod(m) => (
+                format!("error on getting pods for model {m}"),
+                Some("service_unavailable"),
+                None,
+                "x-error-no-model-backends",
+                "true".into(),
+            ),
+            Reject::BadStrategy(s) => (
+                format!("incorrect routing strategy {s}"),
+                None,
+                None,
+                "x-error-routing",
+                "true".into(),
+            ),
+            Reject::BadBody(_) => (
+                "error processing request body".into(),
+                None,
+                None,
+                BODY,
+                "true".into(),
+            ),
+            Reject::NoMessages => (
+                "no messages in the request body".into(),
+                None,
+                Some("messages"),
+                BODY,
+                "true".into(),
+            ),
+            Reject::TooLarge { limit } => (
+                format!("request body exceeds the limit of {limit} bytes"),
+                Some("request_too_large"),
+                None,
+                BODY,
+                "true".into(),
+            ),
+        }
+    }
+
+    /// The OpenAI-style JSON error body.
+    pub fn body(&self) -> Vec<u8> {
+        let (message, code, param, _, _) = self.parts();
+        let error_type = match self.status() {
+            400 | 404 => "invalid_request_error",
+            503 => "overloaded_error",
+            _ => "api_error",
+        };
+        let v = serde_json::json!({ "error": { "message": message, "type": error_type, "code": code, "param": param } });
+        v.to_string().into_bytes()
+    }
+
+    /// The `ImmediateResponse` (with `request-id` when known).
+    pub fn to_response(&self, request_id: Option<&str>) -> ProcessingResponse {
+        let (_, _, _, marker, marker_value) = self.parts();
+        let mut headers = vec![
+            header("content-type", "application/json"),
+            header(marker, marker_value),
+        ];
+        if let Some(id) = request_id {
+            headers.push(header("request-id", id));
+        }
+        let immediate = ImmediateResponse {
+            status: Some(HttpStatus {
+                code: i32::from(self.status()),
+            }),
+            headers: mutation(headers),
+            body: self.body(),
+            details: format!("kvroute_{}", self.kind()),
+            ..Default::default()
+        };
+        ProcessingResponse {
+            response: Some(Response::ImmediateResponse(immediate)),
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_use_raw_value_and_overwrite() {
+        let h = header("target-pod", "10.0.0.1:80");
+        let v = h.header.unwrap();
+        assert_eq!(
+            (v.value.as_str(), v.raw_value.as_slice()),
+            ("", &b"10.0.0.1:80"[..])
+        );
+        assert_eq!(
+            h.append_action,
+            HeaderAppendAction::OverwriteIfExistsOrAdd as i32
+        );
+    }
+
+    #[test]
+    fn route_reply_carries_metadata_and_clears_route_cache() {
+        let r = route_in_body(&RouteTo {
+            address: "10.0.0.1:80",
+            strategy: "prefix-cache",
+        });
+        let md = r.dynamic_metadata.unwrap();
+        let Some(Kind::StructValue(lb)) = &md.fields[LB_NAMESPACE].kind else {
+            panic!("no envoy.lb")
+        };
+        assert_eq!(
+            lb.fields[DESTINATION_HEADER].kind,
+            Some(Kind::StringValue("10.0.0.1:80".into()))
+        );
+        let Some(Response::RequestBody(b)) = r.response else {
+            panic!("not a body reply")
+        };
+        assert!(b.response.unwrap().clear_route_cache);
+    }
+
+    #[test]
+    fn rejections_follow_aibrix() {
+        let r = Reject::UnknownModel("x".into());
+        assert_eq!(r.status(), 400);
+        let body: serde_json::Value = serde_json::from_slice(&r.body()).unwrap();
+        assert_eq!(body["error"]["code"], "model_not_found");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+        assert_eq!(Reject::NoReadyPod("x".into()).status(), 503);
+        assert_eq!(Reject::TooLarge { limit: 1 }.status(), 413);
+        let Some(Response::ImmediateResponse(i)) =
+            Reject::NoMessages.to_response(Some("id")).response
+        else {
+            panic!("not immediate")
+        };
+        let keys: Vec<_> = i
+            .headers
+            .unwrap()
+            .set_headers
+            .into_iter()
+            .map(|h| h.header.unwrap().key)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "content-type",
+                "x-error-request-body-processing",
+                "request-id"
+            ]
+        );
+    }
+}

@@ -1,0 +1,144 @@
+//! State shared by every ext_proc stream: the router behind a `parking_lot` mutex, the
+//! process clock, the per-request settings, and the metrics.
+//!
+//! Locking rule: the router lock is held only for `route`, `complete`, `handle_timeout`,
+//! reconfiguration and stats snapshots; prompts are hashed outside it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use kvroute_core::{PodSpec, Router, Timestamp};
+use parking_lot::{Mutex, RwLock};
+use prometheus_client::registry::Registry;
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+
+/// The settings a request reads, swapped as a whole on reload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RequestSettings {
+    /// Largest body routed (413 above).
+    pub max_body_bytes: usize,
+    /// Default strategy as written (echoed in `routing-strategy`).
+    pub default_strategy_text: String,
+    /// Model for requests without a body.
+    pub default_model: Option<String>,
+}
+
+impl RequestSettings {
+    fn from_config(c: &Config) -> Self {
+        RequestSettings {
+            max_body_bytes: c.max_body_bytes,
+            default_strategy_text: c.default_strategy_text.clone(),
+            default_model: c
+                .default_model
+                .clone()
+                .or_else(|| c.models.keys().next().cloned()),
+        }
+    }
+}
+
+/// Why a configuration could not be applied to the running router.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// The router rejected its parameters.
+    #[error(transparent)]
+    Router(#[from] kvroute_core::ConfigError),
+    /// The router rejected a pod.
+    #[error(transparent)]
+    Pod(#[from] kvroute_core::RegistryError),
+}
+
+/// Shared service state.
+#[derive(Debug)]
+pub struct Shared {
+    /// The routing core. Lock it briefly.
+    pub router: Arc<Mutex<Router>>,
+    /// Live metrics.
+    pub metrics: Metrics,
+    start: tokio::time::Instant,
+    settings: RwLock<Arc<RequestSettings>>,
+    ready: AtomicBool,
+}
+
+impl Shared {
+    /// Builds the router from `config`, registers metrics, and adds the configured pods.
+    pub fn new(config: &Config, registry: &mut Registry) -> Result<Arc<Shared>, ApplyError> {
+        let router = Arc::new(Mutex::new(Router::new(config.router.clone())?));
+        let metrics = Metrics::register(registry, router.clone());
+        let shared = Shared {
+            router,
+            metrics,
+            start: tokio::time::Instant::now(),
+            settings: RwLock::new(Arc::new(RequestSettings::from_config(config))),
+            ready: AtomicBool::new(false),
+        };
+        shared.apply(config)?;
+        Ok(Arc::new(shared))
+    }
+
+    /// Milliseconds since process start, as the core's [`Timestamp`].
+    pub fn now(&self) -> Timestamp {
+        let ms = self.start.elapsed().as_millis();
+        Timestamp::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
+    /// The current per-request settings.
+    pub fn settings(&self) -> Arc<RequestSettings> {
+        self.settings.read().clone()
+    }
+
+    /// Whether `/readyz` says ready.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// Sets readiness (true once serving, false when shutting down).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Applies a validated configuration to the running router without losing in-flight
+    /// state: router parameters via `reconfigure`; pods added, updated, detached from models
+    /// they no longer serve, or removed (their open tickets become orphans the core accepts).
+    /// On a router error nothing of the request settings changes; pod changes applied before
+    /// the error stay (they were individually valid).
+    pub fn apply(&self, config: &Config) -> Result<(), ApplyError> {
+        let mut router = self.router.lock();
+        router.reconfigure(config.router.clone())?;
+        let mut wanted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        for (model, pods) in &config.models {
+            for pod in pods {
+                router.add_pod(
+                    model,
+                    PodSpec {
+                        name: &pod.name,
+                        address: &pod.address,
+                        ready: true,
+                    },
+                )?;
+                wanted
+                    .entry(pod.name.as_str())
+                    .or_default()
+                    .insert(model.as_str());
+            }
+        }
+        for info in router.pods() {
+            match wanted.get(&*info.name) {
+                None => router.remove_pod(info.id)?,
+                Some(models) => {
+                    for m in &info.models {
+                        if !models.contains(&**m) {
+                            router.detach_pod(m, info.id)?;
+                        }
+                    }
+                }
+            }
+        }
+        drop(router);
+        *self.settings.write() = Arc::new(RequestSettings::from_config(config));
+        Ok(())
+    }
+}

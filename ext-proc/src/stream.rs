@@ -1,0 +1,286 @@
+//! One HTTP request's ext_proc exchange: a state machine fed with Envoy's messages, answering
+//! each with exactly one `ProcessingResponse` (or failing the stream with a `Status`, never
+//! ending it with OK: that would let Envoy continue un-routed, gotcha 8).
+//!
+//! Flow with the shipped config (request headers SEND, request body BUFFERED, response
+//! headers SEND or SKIP, response trailers SEND):
+//! 1. `request_headers`: read `:path`, `x-request-id`, `routing-strategy`, `content-length`.
+//!    Reject a bad strategy (400) or an announced body over the limit (413). Without a body
+//!    (`end_of_stream`), route now; otherwise CONTINUE.
+//! 2. `request_body` (the whole body, `end_of_stream`): extract model and prompt, hash
+//!    outside the lock, route, reply with the destination (headers + `envoy.lb` metadata).
+//! 3. `response_headers`: add `target-pod`, `target-pod-ip`, `routing-strategy`,
+//!    `request-id`, `x-kvroute-decision`; note the status for the ticket outcome.
+//! 4. `response_trailers` (rare): no change.
+//!
+//! The [`TicketGuard`] lives in this state and is dropped when the stream ends.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ext_proc::v3::{
+    processing_request::Request, HttpHeaders, ProcessingRequest, ProcessingResponse,
+};
+use kvroute_core::{Outcome, RouteError, RouteRequest, StrategySpec};
+
+use crate::extract::{extract, Endpoint, ExtractError};
+use crate::respond::{self, header, Reject, RouteTo};
+use crate::shared::Shared;
+use crate::ticket_guard::TicketGuard;
+
+/// Request facts read from the request headers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestInfo {
+    /// `:path`
+    pub path: String,
+    /// `x-request-id` (Envoy generates one when the client sent none).
+    pub request_id: Option<String>,
+    /// `routing-strategy`, when present and not blank.
+    pub strategy: Option<String>,
+    /// `content-length`, when present and numeric.
+    pub content_length: Option<u64>,
+    /// `model` header (used for requests without a body).
+    pub model: Option<String>,
+}
+
+impl RequestInfo {
+    /// Reads the headers kvroute uses. Values arrive in `raw_value` (Envoy 1.40); `value` is
+    /// read as a fallback. Non-UTF-8 values count as absent.
+    pub fn from_headers(h: &HttpHeaders) -> RequestInfo {
+        let mut info = RequestInfo::default();
+        let Some(map) = &h.headers else { return info };
+        for hv in &map.headers {
+            let value = if hv.raw_value.is_empty() {
+                Some(hv.value.as_str())
+            } else {
+                std::str::from_utf8(&hv.raw_value).ok()
+            };
+            let Some(value) = value else { continue };
+            match hv.key.as_str() {
+                ":path" => info.path = value.to_owned(),
+                "x-request-id" => info.request_id = Some(value.to_owned()),
+                "routing-strategy" if !value.trim().is_empty() => {
+                    info.strategy = Some(value.to_owned())
+                }
+                "content-length" => info.content_length = value.trim().parse().ok(),
+                "model" if !value.is_empty() => info.model = Some(value.to_owned()),
+                _ => {}
+            }
+        }
+        info
+    }
+}
+
+/// What the decision left for the response headers and the guard.
+#[derive(Debug)]
+struct Routed {
+    pod_name: Arc<str>,
+    address: Arc<str>,
+    strategy: String,
+    decision: String,
+    guard: TicketGuard,
+}
+
+/// Per-stream state. Dropping it releases the ticket, if any.
+#[derive(Debug)]
+pub struct StreamState {
+    shared: Arc<Shared>,
+    info: RequestInfo,
+    strategy: Option<StrategySpec>,
+    body: Vec<u8>,
+    routed: Option<Routed>,
+    rejected: bool,
+}
+
+impl StreamState {
+    /// A fresh stream.
+    pub fn new(shared: Arc<Shared>) -> Self {
+        StreamState {
+            shared,
+            info: RequestInfo::default(),
+            strategy: None,
+            body: Vec::new(),
+            routed: None,
+            rejected: false,
+        }
+    }
+
+    /// Whether a ticket is held.
+    pub fn is_routed(&self) -> bool {
+        self.routed.is_some()
+    }
+
+    /// Handles one message; `None` means no reply is due (after a rejection Envoy sends
+    /// nothing more, and unknown message kinds need none).
+    pub fn on_message(&mut self, msg: ProcessingRequest) -> Option<ProcessingResponse> {
+        if self.rejected {
+            return None;
+        }
+        let reply = match msg.request? {
+            Request::RequestHeaders(h) => self.on_request_headers(&h),
+            Request::RequestBody(b) => {
+                if self.routed.is_some() {
+                    return Some(respond::continue_body(true));
+                }
+                self.on_request_body(b.body, b.end_of_stream)
+            }
+            Request::RequestTrailers(_) => Ok(respond::continue_trailers(true)),
+            Request::ResponseHeaders(h) => Ok(self.on_response_headers(&h)),
+            Request::ResponseBody(_) => Ok(respond::continue_body(false)),
+            Request::ResponseTrailers(_) => Ok(respond::continue_trailers(false)),
+        };
+        Some(match reply {
+            Ok(r) => r,
+            Err(reject) => {
+                self.rejected = true;
+                self.shared.metrics.reject(reject.kind());
+                tracing::info!(
+                    request_id = self.info.request_id.as_deref().unwrap_or(""),
+                    status = reject.status(),
+                    kind = reject.kind(),
+                    "rejected"
+                );
+                reject.to_response(self.info.request_id.as_deref())
+            }
+        })
+    }
+
+    fn on_request_headers(&mut self, h: &HttpHeaders) -> Result<ProcessingResponse, Reject> {
+        self.info = RequestInfo::from_headers(h);
+        if let Some(s) = &self.info.strategy {
+            self.strategy =
+                Some(StrategySpec::parse(s).map_err(|_| Reject::BadStrategy(s.trim().to_owned()))?);
+        }
+        let limit = self.shared.settings().max_body_bytes;
+        if self.info.content_length.is_some_and(|n| n > limit as u64) {
+            return Err(Reject::TooLarge { limit });
+        }
+        if h.end_of_stream {
+            let model = self
+                .info
+                .model
+                .clone()
+                .or_else(|| self.shared.settings().default_model.clone());
+            let to = self.route(model.as_deref().unwrap_or(""), &[])?;
+            return Ok(respond::route_in_headers(&to.as_route_to()));
+        }
+        Ok(respond::continue_request_headers())
+    }
+
+    fn on_request_body(
+        &mut self,
+        chunk: Vec<u8>,
+        end_of_stream: bool,
+    ) -> Result<ProcessingResponse, Reject> {
+        let limit = self.shared.settings().max_body_bytes;
+        if self.body.len().saturating_add(chunk.len()) > limit {
+            return Err(Reject::TooLarge { limit });
+        }
+        if self.body.is_empty() {
+            self.body = chunk;
+        } else {
+            self.body.extend_from_slice(&chunk);
+        }
+        if !end_of_stream {
+            // Not BUFFERED (a misconfiguration): keep collecting; route at the end.
+            return Ok(respond::continue_body(true));
+        }
+        let endpoint = Endpoint::from_path(&self.info.path);
+        let body = std::mem::take(&mut self.body);
+        let extracted = extract(endpoint, &body).map_err(|e| match e {
+            ExtractError::NoMessages => Reject::NoMessages,
+            other => Reject::BadBody(other.to_string()),
+        })?;
+        let to = self.route(&extracted.model, &extracted.prompt)?;
+        Ok(respond::route_in_body(&to.as_route_to()))
+    }
+
+    fn route(&mut self, model: &str, prompt: &[u8]) -> Result<RoutedView, Reject> {
+        let hash = self.shared.router.lock().hash_config();
+        let hashes = hash.hashes(prompt);
+        let now = self.shared.now();
+        let started = std::time::Instant::now();
+        let req = RouteRequest {
+            model,
+            strategy: self.strategy.as_ref(),
+            hashes: &hashes,
+        };
+        let result = self.shared.router.lock().route(req, now);
+        let decision = match result {
+            Ok(d) => d,
+            Err(RouteError::UnknownModel) => return Err(Reject::UnknownModel(model.to_owned())),
+            Err(_) => return Err(Reject::NoReadyPod(model.to_owned())),
+        };
+        let guard = TicketGuard::new(self.shared.clone(), decision.ticket);
+        self.shared
+            .metrics
+            .observe_routing(model, started.elapsed().as_secs_f64());
+        let strategy = match &self.info.strategy {
+            Some(s) => s.clone(),
+            None => self.shared.settings().default_strategy_text.clone(),
+        };
+        let text = decision.to_string();
+        tracing::debug!(
+            request_id = self.info.request_id.as_deref().unwrap_or(""),
+            pod = &*decision.pod_name,
+            reason = decision.reason.as_str(),
+            decision = %text,
+            "routed"
+        );
+        let routed = Routed {
+            pod_name: decision.pod_name.clone(),
+            address: decision.address.clone(),
+            strategy,
+            decision: text,
+            guard,
+        };
+        let view = RoutedView {
+            address: routed.address.clone(),
+            strategy: routed.strategy.clone(),
+        };
+        self.routed = Some(routed);
+        Ok(view)
+    }
+
+    fn on_response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
+        let status = h.headers.as_ref().and_then(|m| {
+            m.headers.iter().find(|v| v.key == ":status").and_then(|v| {
+                let s = if v.raw_value.is_empty() {
+                    v.value.as_bytes()
+                } else {
+                    &v.raw_value
+                };
+                std::str::from_utf8(s).ok()?.parse::<u16>().ok()
+            })
+        });
+        let mut headers = Vec::with_capacity(5);
+        if let Some(r) = &mut self.routed {
+            if status.is_none_or(|s| s >= 500) {
+                r.guard.set_outcome(Outcome::Failed);
+            }
+            headers.push(header("target-pod", r.pod_name.as_bytes()));
+            headers.push(header("target-pod-ip", r.address.as_bytes()));
+            headers.push(header("routing-strategy", r.strategy.as_bytes()));
+            headers.push(header("x-kvroute-decision", r.decision.as_bytes()));
+        }
+        if let Some(id) = &self.info.request_id {
+            headers.push(header("request-id", id.as_bytes()));
+        }
+        respond::response_headers(headers)
+    }
+}
+
+/// The parts of a decision the routing reply needs.
+#[derive(Debug)]
+struct RoutedView {
+    address: Arc<str>,
+    strategy: String,
+}
+
+impl RoutedView {
+    fn as_route_to(&self) -> RouteTo<'_> {
+        RouteTo {
+            address: &self.address,
+            strategy: &self.strategy,
+        }
+    }
+}
