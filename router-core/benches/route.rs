@@ -5,7 +5,8 @@
 //! - `route/prefix-cache/{2,16,256}`: the full per-request core work a shell does: hash the
 //!   prompt into blocks, `route` (match + select + index write + ticket), `complete`, with the
 //!   index pre-filled to its 200,000-block capacity.
-//! - `length/{1..512} KiB`: the same for prompts from 1 KiB to 512 KiB (cost must be linear).
+//! - `length/{route,xxh64_once}_kib/{1..512}`: the same for prompts from 1 KiB to 512 KiB (cost
+//!   must be linear), each beside its own hash-only baseline.
 //!
 //! Run: `cargo bench -p kvroute-core --bench route`
 
@@ -141,6 +142,12 @@ fn length_sweep(c: &mut Criterion) {
         let mut r = filled_router(16);
         let mut scratch = Vec::new();
         let (mut i, mut now) = (0usize, 10_000_000u64);
+        g.bench_with_input(BenchmarkId::new("xxh64_once_kib", kib), &kib, |b, _| {
+            b.iter(|| {
+                i += 1;
+                black_box(xxhash_rust::xxh64::xxh64(&prompts[i % prompts.len()], 0))
+            })
+        });
         g.bench_with_input(BenchmarkId::new("route_kib", kib), &kib, |b, _| {
             b.iter(|| {
                 i += 1;

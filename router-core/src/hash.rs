@@ -68,18 +68,25 @@ impl HashConfig {
 
     /// Appends the block hashes of `prompt` to `out` (which is cleared first).
     ///
-    /// `out` is reused by callers on hot paths to avoid allocation; one scratch buffer of
-    /// `8 + block_size` bytes is allocated per call.
+    /// `out` is reused by callers on hot paths to avoid allocation; the `8 + block_size` byte
+    /// scratch buffer lives on the stack for block sizes up to 248 bytes.
     pub fn hash_into(&self, prompt: &[u8], out: &mut Vec<BlockHash>) {
         out.clear();
         let n = self.complete_blocks(prompt.len());
         out.reserve(n);
-        let mut buf = vec![0u8; 8 + self.block_size];
+        let mut stack = [0u8; 8 + 248];
+        let mut heap = Vec::new();
+        let buf: &mut [u8] = if self.block_size <= 248 {
+            &mut stack[..8 + self.block_size]
+        } else {
+            heap.resize(8 + self.block_size, 0);
+            &mut heap
+        };
         let mut parent = self.seed;
         for block in prompt.chunks_exact(self.block_size) {
             buf[..8].copy_from_slice(&parent.to_le_bytes());
             buf[8..].copy_from_slice(block);
-            parent = xxh64(&buf, self.seed);
+            parent = xxh64(buf, self.seed);
             out.push(BlockHash(parent));
         }
     }

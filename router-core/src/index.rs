@@ -80,6 +80,8 @@ pub struct PrefixIndex {
     ttl_ms: u64,
     // scratch for `longest_matches`: candidate position by pod index, NIL when not a candidate.
     position: Vec<u32>,
+    // scratch: the slots `longest_matches` found, by block, reused by the next `insert`.
+    walked: Vec<u32>,
     stats: IndexStats,
 }
 
@@ -99,6 +101,7 @@ impl PrefixIndex {
             capacity: capacity.max(1),
             ttl_ms: ttl_ms.max(1),
             position: Vec::new(),
+            walked: Vec::new(),
             stats: IndexStats::default(),
         }
     }
@@ -158,6 +161,7 @@ impl PrefixIndex {
         now: Timestamp,
         out: &mut Vec<u32>,
     ) {
+        self.walked.clear();
         out.clear();
         out.resize(pods.len(), 0);
         if pods.is_empty() || hashes.is_empty() {
@@ -172,6 +176,7 @@ impl PrefixIndex {
         }
         for (depth, &hash) in hashes.iter().enumerate() {
             let Some(slot) = self.find(hash) else { break };
+            self.walked.push(slot);
             let mut extended = 0usize;
             for h in &self.entries[slot as usize].holders {
                 if h.model != model || !self.fresh(h, now) {
@@ -210,25 +215,12 @@ impl PrefixIndex {
     /// Records that `pod` was sent a prompt with these block hashes for `model` at `now`: every
     /// block gets `(model, pod) → now` and becomes the most recently written.
     pub fn insert(&mut self, model: ModelId, pod: PodId, hashes: &[BlockHash], now: Timestamp) {
-        for &hash in hashes {
-            match self.find(hash) {
+        // Last block first, so that the prompt's leading blocks (shared by the most prompts, and
+        // needed for any contiguous match) end up the most recently written.
+        for (i, &hash) in hashes.iter().enumerate().rev() {
+            match self.walked_slot(i, hash).or_else(|| self.find(hash)) {
                 Some(slot) => {
-                    let ttl = self.ttl_ms;
-                    let holders = &mut self.entries[slot as usize].holders;
-                    holders.retain(|h| {
-                        now.millis_since(h.written) < ttl || (h.model == model && h.pod == pod)
-                    });
-                    match holders
-                        .iter_mut()
-                        .find(|h| h.model == model && h.pod == pod)
-                    {
-                        Some(h) => h.written = now,
-                        None => holders.push(Holder {
-                            model,
-                            pod,
-                            written: now,
-                        }),
-                    }
+                    self.touch(slot, model, pod, now);
                     self.unlink(slot);
                     self.push_head(slot);
                 }
@@ -256,6 +248,43 @@ impl PrefixIndex {
                     self.stats.inserted += 1;
                 }
             }
+        }
+        self.walked.clear();
+    }
+
+    /// The slot the last [`PrefixIndex::longest_matches`] found for block `i`, if it still
+    /// holds `hash` (an eviction since may have reused it).
+    fn walked_slot(&self, i: usize, hash: BlockHash) -> Option<u32> {
+        let slot = *self.walked.get(i)?;
+        let e = &self.entries[slot as usize];
+        (e.hash == hash.0 && !e.holders.is_empty()).then_some(slot)
+    }
+
+    /// Sets `(model, pod) → now` in the entry and drops pairs that outlived the TTL.
+    fn touch(&mut self, slot: u32, model: ModelId, pod: PodId, now: Timestamp) {
+        let ttl = self.ttl_ms;
+        let holders = &mut self.entries[slot as usize].holders;
+        if let [only] = holders.as_mut_slice() {
+            if only.model == model && only.pod == pod {
+                only.written = now;
+                return;
+            }
+        }
+        if holders.iter().any(|h| now.millis_since(h.written) >= ttl) {
+            holders.retain(|h| {
+                now.millis_since(h.written) < ttl || (h.model == model && h.pod == pod)
+            });
+        }
+        match holders
+            .iter_mut()
+            .find(|h| h.model == model && h.pod == pod)
+        {
+            Some(h) => h.written = now,
+            None => holders.push(Holder {
+                model,
+                pod,
+                written: now,
+            }),
         }
     }
 
@@ -298,6 +327,7 @@ impl PrefixIndex {
 
     /// Drops every block (used when the hash configuration changes).
     pub fn clear(&mut self) {
+        self.walked.clear();
         self.table.clear();
         self.entries.clear();
         self.free.clear();

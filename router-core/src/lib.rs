@@ -51,6 +51,8 @@
 //! - Each pod's index entry expires on its own TTL (AIBrix keeps stale per-pod entries alive
 //!   while any pod refreshes the block).
 //! - Ticket TTL: a lost completion cannot pin a slot forever.
+//! - A prompt's blocks are written last block first, so its leading blocks (which every
+//!   contiguous match needs) are the last the capacity LRU evicts.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
