@@ -7,6 +7,8 @@
 //! valgrind --tool=callgrind --toggle-collect='profile_route::measured' \
 //!     target/release/examples/profile_route PODS N
 //! ```
+#![allow(clippy::disallowed_methods)] // a command-line harness, not part of the no-IO library
+
 use kvroute_core::{BlockHash, Outcome, PodSpec, RouteRequest, Router, RouterConfig, Timestamp};
 fn main() {
     let pods: usize = std::env::args()
