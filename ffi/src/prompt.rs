@@ -77,6 +77,10 @@ fn content_text(raw: &RawValue) -> Cow<'_, str> {
 
 /// Reads the model and the prompt text out of a chat or completions body.
 pub fn extract(body: &[u8]) -> Result<BodyPrompt<'_>, BodyError> {
+    // serde's derived struct visitor also accepts a JSON array; a body must be an object.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(BodyError::Invalid);
+    }
     let raw: RawBody<'_> = serde_json::from_slice(body).map_err(|_| BodyError::Invalid)?;
     let prompt = if let Some(messages) = raw.messages {
         match messages.as_slice() {

@@ -1,0 +1,83 @@
+# kvroute-ffi: the C library (include/kvroute.h), its C tests and the Go package.
+#
+#   make test-c                 C tests with ASan/UBSan, the scenario diff against the core,
+#                               valgrind on the smoke test, and an install + pkg-config check
+#   make test-go                the Go package's tests (installs Debian's golang-go if absent)
+#   make install PREFIX=/usr/local
+#                               libkvroute.a, libkvroute.so(.VERSION), kvroute.h, kvroute.pc
+#   make bench-ffi              route cost: Rust API vs C ABI (criterion) and Go via cgo
+
+TEST_TARGETS += test-c test-go
+.PHONY: ffi-lib test-c test-go install bench-ffi
+
+PREFIX ?= /usr/local
+FFI_PROFILE ?= release
+FFI_TARGET_DIR := $(or $(CARGO_TARGET_DIR),$(ROOT)/target)
+FFI_DEBUG_DIR := $(FFI_TARGET_DIR)/debug
+FFI_BUILD := $(ROOT)/tests/c/build
+FFI_CC ?= gcc
+FFI_WARN := -std=c11 -Wall -Wextra -Werror -g
+FFI_CFLAGS := $(FFI_WARN) -I$(ROOT)/include
+FFI_SAN := -fsanitize=address,undefined -fno-sanitize-recover=all
+FFI_LIBS := -lpthread -ldl -lm
+FFI_VERSION = $(shell sed -n 's/.*KVROUTE_VERSION "\(.*\)"/\1/p' $(ROOT)/include/kvroute.h)
+
+ffi-lib:
+	$(CARGO) build -p kvroute-ffi
+	test -f $(FFI_DEBUG_DIR)/libkvroute.a && test -f $(FFI_DEBUG_DIR)/libkvroute.so
+
+test-c: ffi-lib
+	mkdir -p $(FFI_BUILD)
+	set -e; for t in test_api smoke scenario; do \
+	  $(FFI_CC) $(FFI_CFLAGS) $(FFI_SAN) $(ROOT)/tests/c/$$t.c $(FFI_DEBUG_DIR)/libkvroute.a $(FFI_LIBS) -o $(FFI_BUILD)/$$t; \
+	done
+	$(FFI_BUILD)/test_api $(ROOT)/tests/vectors/prefix_hash_v1.json
+	$(FFI_BUILD)/smoke
+	$(FFI_BUILD)/scenario $(ROOT)/tests/c/scenario.txt > $(FFI_BUILD)/scenario.c.out
+	$(CARGO) run -q -p kvroute-ffi --example scenario -- $(ROOT)/tests/c/scenario.txt > $(FFI_BUILD)/scenario.rust.out
+	diff -u $(FFI_BUILD)/scenario.rust.out $(FFI_BUILD)/scenario.c.out
+	@echo "scenario: $$(grep -c '^route' $(FFI_BUILD)/scenario.c.out) routes through the C ABI equal the core's"
+	@if command -v valgrind >/dev/null; then \
+	  $(FFI_CC) $(FFI_CFLAGS) -O1 $(ROOT)/tests/c/smoke.c $(FFI_DEBUG_DIR)/libkvroute.a $(FFI_LIBS) -o $(FFI_BUILD)/smoke-valgrind && \
+	  valgrind -q --error-exitcode=1 --leak-check=full --show-leak-kinds=definite,indirect,possible \
+	    --errors-for-leak-kinds=definite,indirect,possible $(FFI_BUILD)/smoke-valgrind && \
+	  echo "valgrind: smoke test clean (no errors, no definite/indirect/possible leaks)"; \
+	else \
+	  echo "WARNING: valgrind not found; the valgrind pass of test-c did not run" >&2; \
+	fi
+	@echo "checking make install and kvroute.pc (debug build)"
+	rm -rf $(FFI_BUILD)/prefix
+	$(MAKE) --no-print-directory install PREFIX=$(FFI_BUILD)/prefix FFI_PROFILE=debug
+	PKG_CONFIG_PATH=$(FFI_BUILD)/prefix/lib/pkgconfig pkg-config --exact-version=$(FFI_VERSION) kvroute
+	$(FFI_CC) $(FFI_WARN) $(ROOT)/tests/c/smoke.c \
+	  $$(PKG_CONFIG_PATH=$(FFI_BUILD)/prefix/lib/pkgconfig pkg-config --cflags --libs kvroute) \
+	  -Wl,-rpath,$(FFI_BUILD)/prefix/lib -lpthread -o $(FFI_BUILD)/smoke-shared
+	readelf -d $(FFI_BUILD)/smoke-shared | grep -q 'NEEDED.*\[libkvroute.so.$(FFI_VERSION)\]'
+	$(FFI_BUILD)/smoke-shared
+	$(FFI_CC) $(FFI_WARN) $(ROOT)/tests/c/smoke.c \
+	  $$(PKG_CONFIG_PATH=$(FFI_BUILD)/prefix/lib/pkgconfig pkg-config --static --cflags --libs kvroute | sed 's/-lkvroute/-l:libkvroute.a/') \
+	  -o $(FFI_BUILD)/smoke-static
+	$(FFI_BUILD)/smoke-static
+
+install:
+	$(CARGO) build -p kvroute-ffi $(if $(filter release,$(FFI_PROFILE)),--release,)
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 644 $(FFI_TARGET_DIR)/$(FFI_PROFILE)/libkvroute.a $(DESTDIR)$(PREFIX)/lib/libkvroute.a
+	install -m 755 $(FFI_TARGET_DIR)/$(FFI_PROFILE)/libkvroute.so $(DESTDIR)$(PREFIX)/lib/libkvroute.so.$(FFI_VERSION)
+	ln -sf libkvroute.so.$(FFI_VERSION) $(DESTDIR)$(PREFIX)/lib/libkvroute.so
+	install -m 644 $(ROOT)/include/kvroute.h $(DESTDIR)$(PREFIX)/include/kvroute.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(FFI_VERSION)|' $(ROOT)/ffi/kvroute.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvroute.pc
+	@echo "installed kvroute $(FFI_VERSION) ($(FFI_PROFILE)) under $(DESTDIR)$(PREFIX)"
+
+test-go: ffi-lib
+	command -v go || (apt-get update && apt-get install -y golang-go)
+	cd $(ROOT)/ffi/go && go vet ./...
+	cd $(ROOT)/ffi/go && CGO_LDFLAGS="-L$(FFI_DEBUG_DIR) -Wl,-rpath,$(FFI_DEBUG_DIR)" \
+	  go test -count=1 -race -tags kvroute_debug -v ./... 2>&1 | tail -n 40; exit $${PIPESTATUS[0]}
+
+bench-ffi:
+	$(CARGO) bench -p kvroute-ffi --bench route
+	$(CARGO) build --release -p kvroute-ffi
+	cd $(ROOT)/ffi/go && CGO_LDFLAGS="-L$(FFI_TARGET_DIR)/release -Wl,-rpath,$(FFI_TARGET_DIR)/release" \
+	  go test -run '^$$' -bench . -benchtime 2000x ./...

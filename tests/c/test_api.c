@@ -1,0 +1,360 @@
+/* The C API's contract, from C: lifecycle, every status path, outputs only on success, the
+ * version macros against the linked library, prompt extraction and the golden hash vectors.
+ *
+ * Usage: test_api VECTORS_JSON   (tests/vectors/prefix_hash_v1.json) */
+#include <inttypes.h>
+
+#include "common.h"
+
+#define S(str) (const uint8_t *)(str), strlen(str)
+
+static kvroute_router *new_router(uint64_t seed, const char *strategy) {
+  kvroute_config_builder *b = kvroute_config_builder_new();
+  CHECK(b != NULL);
+  CHECK_STATUS(kvroute_config_builder_set_seed(b, seed), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_strategy(b, S(strategy)), KVROUTE_STATUS_OK);
+  const kvroute_config *config = NULL;
+  CHECK_STATUS(kvroute_config_builder_build(b, &config), KVROUTE_STATUS_OK);
+  kvroute_router *r = NULL;
+  CHECK_STATUS(kvroute_router_new(config, &r), KVROUTE_STATUS_OK);
+  kvroute_config_free(config); /* the router keeps its own reference */
+  return r;
+}
+
+static void test_version(void) {
+  CHECK(strcmp(kvroute_version(), KVROUTE_VERSION) == 0);
+  CHECK(kvroute_version_number() == KVROUTE_VERSION_NUMBER);
+  char expected[64];
+  snprintf(expected, sizeof expected, "%d.%d.%d", KVROUTE_VERSION_MAJOR, KVROUTE_VERSION_MINOR, KVROUTE_VERSION_PATCH);
+  CHECK(strcmp(expected, kvroute_version()) == 0);
+  CHECK(KVROUTE_VERSION_NUMBER ==
+        (((uint32_t)KVROUTE_VERSION_MAJOR << 16) | ((uint32_t)KVROUTE_VERSION_MINOR << 8) | KVROUTE_VERSION_PATCH));
+}
+
+static void test_status_strings(void) {
+  CHECK(strcmp(kvroute_status_str(KVROUTE_STATUS_OK), "KVROUTE_STATUS_OK") == 0);
+  CHECK(strcmp(kvroute_status_str(KVROUTE_STATUS_TICKET_NOT_OPEN), "KVROUTE_STATUS_TICKET_NOT_OPEN") == 0);
+  CHECK(strcmp(kvroute_status_str(KVROUTE_STATUS_POISONED), "KVROUTE_STATUS_POISONED") == 0);
+  CHECK(strcmp(kvroute_status_str(77777), "KVROUTE_STATUS_UNKNOWN") == 0);
+  CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_PREFIX_MATCH), "prefix_match") == 0);
+  CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_LEAST_REQUEST_FALLBACK), "least_request_fallback") == 0);
+  CHECK(strcmp(kvroute_reason_str(999), "unknown") == 0);
+}
+
+static void test_config_statuses(void) {
+  kvroute_config_builder *b = kvroute_config_builder_new();
+  CHECK_STATUS(kvroute_config_builder_set_block_size(NULL, 64), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_block_size(b, 0), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_block_size(b, (size_t)2 << 20), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_block_size(b, 64), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_index_capacity(b, 0), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_index_capacity(b, 1000), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_index_ttl_ms(b, 0), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_index_ttl_ms(b, 60000), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_ticket_ttl_ms(b, 0), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_ticket_ttl_ms(b, 60000), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_imbalance_abs_count(b, 8), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_stddev_factor(b, -1.0), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_stddev_factor(b, 1.5), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_hash_seed(b, 42), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_seed(b, 1), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_strategy(b, S("round-robin")), KVROUTE_STATUS_INVALID_STRATEGY);
+  CHECK_STATUS(kvroute_config_builder_set_strategy(b, S("random:0")), KVROUTE_STATUS_INVALID_STRATEGY);
+  CHECK_STATUS(kvroute_config_builder_set_strategy(b, (const uint8_t *)"\xff", 1), KVROUTE_STATUS_INVALID_UTF8);
+  CHECK_STATUS(kvroute_config_builder_set_strategy(b, NULL, 5), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_strategy(b, S(" Prefix-Cache:3, least-request ")), KVROUTE_STATUS_OK);
+  const kvroute_config *config = (const kvroute_config *)0x1;
+  /* NULL out-pointer: the builder is consumed anyway (valgrind/ASan would report a leak). */
+  CHECK_STATUS(kvroute_config_builder_build(b, NULL), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_build(NULL, &config), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK(config == (const kvroute_config *)0x1); /* outputs only on success */
+  kvroute_config_builder_free(NULL);
+  kvroute_config_free(NULL);
+
+  /* A freed builder's config outlives it; two routers share one config. */
+  b = kvroute_config_builder_new();
+  CHECK_STATUS(kvroute_config_builder_build(b, &config), KVROUTE_STATUS_OK);
+  kvroute_router *r1 = NULL, *r2 = NULL;
+  CHECK_STATUS(kvroute_router_new(config, &r1), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_new(config, &r2), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_new(config, NULL), KVROUTE_STATUS_NULL_PARAMETER);
+  kvroute_router *untouched = (kvroute_router *)0x1;
+  CHECK_STATUS(kvroute_router_new(NULL, &untouched), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK(untouched == (kvroute_router *)0x1);
+  kvroute_config_free(config);
+  kvroute_router_free(r1);
+  kvroute_router_free(r2);
+  kvroute_router_free(NULL);
+}
+
+static void test_router_statuses(void) {
+  kvroute_router *r = new_router(7, "prefix-cache");
+  kvroute_pod_id a = 99, b = 99, c = 99;
+  CHECK_STATUS(kvroute_router_add_pod(r, S("llama"), S("vllm-a"), S("10.0.0.1:8000"), true, &a), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_add_pod(r, S("llama"), S("vllm-b"), S("10.0.0.2:8000"), true, &b), KVROUTE_STATUS_OK);
+  CHECK(a != b);
+  /* NULL handle, NULL out, bad UTF-8, empty names, bad address: status, nothing written. */
+  CHECK_STATUS(kvroute_router_add_pod(NULL, S("llama"), S("x"), S("10.0.0.3:1"), true, &c), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_add_pod(r, S("llama"), S("x"), S("10.0.0.3:1"), true, NULL), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_add_pod(r, (const uint8_t *)"ll\xc3", 3, S("x"), S("10.0.0.3:1"), true, &c),
+               KVROUTE_STATUS_INVALID_UTF8);
+  CHECK_STATUS(kvroute_router_add_pod(r, S(""), S("x"), S("10.0.0.3:1"), true, &c), KVROUTE_STATUS_EMPTY_NAME);
+  CHECK_STATUS(kvroute_router_add_pod(r, S("llama"), S(""), S("10.0.0.3:1"), true, &c), KVROUTE_STATUS_EMPTY_NAME);
+  CHECK_STATUS(kvroute_router_add_pod(r, S("llama"), S("x"), S("pod-x:8000"), true, &c), KVROUTE_STATUS_INVALID_ADDRESS);
+  CHECK(c == 99);
+
+  /* Pod lookups and out-buffers. */
+  kvroute_pod_id found = 99;
+  CHECK_STATUS(kvroute_router_pod_id(r, S("vllm-b"), &found), KVROUTE_STATUS_OK);
+  CHECK(found == b);
+  CHECK_STATUS(kvroute_router_pod_id(r, S("nope"), &found), KVROUTE_STATUS_UNKNOWN_POD);
+  char name[16];
+  size_t n = 0;
+  memset(name, 'Z', sizeof name);
+  CHECK_STATUS(kvroute_router_pod_name(r, a, (uint8_t *)name, 6, &n), KVROUTE_STATUS_INSUFFICIENT_SIZE);
+  CHECK(n == 7 && name[0] == 'Z'); /* the size needed, buffer untouched */
+  CHECK_STATUS(kvroute_router_pod_name(r, a, NULL, 0, &n), KVROUTE_STATUS_INSUFFICIENT_SIZE);
+  CHECK(n == 7);
+  CHECK_STATUS(kvroute_router_pod_name(r, a, NULL, 7, &n), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_pod_name(r, a, (uint8_t *)name, 7, NULL), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_pod_name(r, a, (uint8_t *)name, 7, &n), KVROUTE_STATUS_OK);
+  CHECK(n == 6 && strcmp(name, "vllm-a") == 0);
+  CHECK_STATUS(kvroute_router_pod_name(r, 1234, (uint8_t *)name, sizeof name, &n), KVROUTE_STATUS_UNKNOWN_POD);
+  char addr[32];
+  CHECK_STATUS(kvroute_router_set_pod_address(r, b, S("10.0.0.9:9000")), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_set_pod_address(r, b, S("nowhere")), KVROUTE_STATUS_INVALID_ADDRESS);
+  CHECK_STATUS(kvroute_router_pod_address(r, b, (uint8_t *)addr, sizeof addr, &n), KVROUTE_STATUS_OK);
+  CHECK(strcmp(addr, "10.0.0.9:9000") == 0 && n == strlen(addr));
+  kvroute_pod_id ids[2] = {77, 77};
+  CHECK_STATUS(kvroute_router_pods(r, ids, 1, &n), KVROUTE_STATUS_INSUFFICIENT_SIZE);
+  CHECK(n == 2 && ids[0] == 77);
+  CHECK_STATUS(kvroute_router_pods(r, ids, 2, &n), KVROUTE_STATUS_OK);
+  CHECK(n == 2 && ids[0] == a && ids[1] == b);
+
+  /* Routing statuses. */
+  const char *prompt = "You are a helpful assistant. Answer briefly and cite the sources you used.";
+  kvroute_decision d, untouched;
+  memset(&untouched, 0x5A, sizeof untouched);
+  d = untouched;
+  CHECK_STATUS(kvroute_router_route(NULL, S("llama"), S(prompt), NULL, 0, 1, &d), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), S(prompt), NULL, 0, 1, NULL), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_route(r, NULL, 5, S(prompt), NULL, 0, 1, &d), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_route(r, (const uint8_t *)"\xfe\xff", 2, S(prompt), NULL, 0, 1, &d),
+               KVROUTE_STATUS_INVALID_UTF8);
+  CHECK_STATUS(kvroute_router_route(r, S("mistral"), S(prompt), NULL, 0, 1, &d), KVROUTE_STATUS_UNKNOWN_MODEL);
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), S(prompt), S("fastest"), 1, &d), KVROUTE_STATUS_INVALID_STRATEGY);
+  CHECK_STATUS(kvroute_router_route_json(r, NULL, 0, S("{\"messages\":[]}"), NULL, 0, 1, &d), KVROUTE_STATUS_INVALID_BODY);
+  CHECK_STATUS(kvroute_router_route_json(r, S("llama"), S("{not json"), NULL, 0, 1, &d), KVROUTE_STATUS_INVALID_BODY);
+  CHECK_STATUS(kvroute_router_route_json(r, S("llama"), S("{\"prompt\":[1]}"), NULL, 0, 1, &d), KVROUTE_STATUS_INVALID_BODY);
+  CHECK(memcmp(&d, &untouched, sizeof d) == 0); /* outputs only on success */
+
+  /* A prompt shorter than a block has no blocks; an empty prompt is fine too. */
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), NULL, 0, NULL, 0, 1, &d), KVROUTE_STATUS_OK);
+  CHECK(d.total_blocks == 0 && d.match_percent == 0 && d.reason == KVROUTE_REASON_LEAST_REQUEST_FALLBACK);
+  kvroute_ticket empty_ticket = d.ticket;
+
+  /* The same long prompt twice, once raw and once as a completions body: the second matches. */
+  char *text = study_text(3, 0);
+  char *escaped = study_text(3, 1);
+  size_t body_cap = strlen(escaped) + 64;
+  char *body = malloc(body_cap);
+  snprintf(body, body_cap, "{\"model\":\"llama\",\"prompt\":\"%s\"}", escaped);
+  kvroute_decision first, second;
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), S(text), S("prefix-cache"), 10, &first), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_route_json(r, NULL, 0, S(body), NULL, 0, 11, &second), KVROUTE_STATUS_OK);
+  CHECK(second.pod == first.pod && second.reason == KVROUTE_REASON_PREFIX_MATCH);
+  CHECK(second.match_percent == 100 && second.matched_blocks == second.total_blocks);
+  CHECK(second.total_blocks == strlen(text) / 128 && second.ticket != first.ticket);
+  uint32_t in_flight = 0;
+  CHECK_STATUS(kvroute_router_in_flight(r, first.pod, &in_flight), KVROUTE_STATUS_OK);
+  CHECK(in_flight >= 2);
+  kvroute_pod_info info;
+  CHECK_STATUS(kvroute_router_pod_info(r, first.pod, &info), KVROUTE_STATUS_OK);
+  CHECK(info.id == first.pod && info.ready && info.in_flight == in_flight && info.models == 1 && info.routed >= 2);
+
+  /* Explanation. */
+  char line[512];
+  CHECK_STATUS(kvroute_router_explain(r, second.ticket, (uint8_t *)line, 10, &n), KVROUTE_STATUS_INSUFFICIENT_SIZE);
+  CHECK(n > 10);
+  CHECK_STATUS(kvroute_router_explain(r, second.ticket, (uint8_t *)line, sizeof line, &n), KVROUTE_STATUS_OK);
+  CHECK(strncmp(line, "strategy=prefix-cache reason=prefix_match pod=vllm-", 51) == 0 && n == strlen(line));
+  CHECK(strchr(line, ',') == NULL && strchr(line, '\n') == NULL);
+
+  /* Completion statuses: unknown ticket, double completion, bad outcome. */
+  CHECK_STATUS(kvroute_router_complete(r, 1u << 30, KVROUTE_OUTCOME_SUCCESS, 12), KVROUTE_STATUS_UNKNOWN_TICKET);
+  CHECK_STATUS(kvroute_router_complete(r, first.ticket, 3, 12), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_router_complete(NULL, first.ticket, 0, 12), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_complete(r, first.ticket, KVROUTE_OUTCOME_SUCCESS, 12), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_complete(r, first.ticket, KVROUTE_OUTCOME_SUCCESS, 13), KVROUTE_STATUS_TICKET_NOT_OPEN);
+  CHECK_STATUS(kvroute_router_complete(r, second.ticket, KVROUTE_OUTCOME_CANCELLED, 13), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_explain(r, second.ticket, (uint8_t *)line, sizeof line, &n), KVROUTE_STATUS_UNKNOWN_TICKET);
+
+  /* Readiness and removal. */
+  CHECK_STATUS(kvroute_router_set_pod_ready(r, a, false), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_set_pod_ready(r, b, false), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), S(prompt), NULL, 0, 20, &d), KVROUTE_STATUS_NO_READY_POD);
+  CHECK_STATUS(kvroute_router_set_pod_ready(r, b, true), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_detach_pod(r, S("llama"), b), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_detach_pod(r, S("nosuch"), b), KVROUTE_STATUS_UNKNOWN_MODEL);
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), S(prompt), NULL, 0, 21, &d), KVROUTE_STATUS_NO_READY_POD);
+  kvroute_pod_id again = 99;
+  CHECK_STATUS(kvroute_router_upsert_pod(r, S("vllm-a"), S("10.0.0.1:8001"), true, &again), KVROUTE_STATUS_OK);
+  CHECK(again == a);
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), S(prompt), NULL, 0, 22, &d), KVROUTE_STATUS_OK);
+  CHECK(d.pod == a);
+  CHECK_STATUS(kvroute_router_remove_pod(r, a), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_remove_pod(r, a), KVROUTE_STATUS_UNKNOWN_POD);
+  CHECK_STATUS(kvroute_router_set_pod_ready(r, a, true), KVROUTE_STATUS_UNKNOWN_POD);
+  CHECK_STATUS(kvroute_router_in_flight(r, a, &in_flight), KVROUTE_STATUS_UNKNOWN_POD);
+  /* Completing a ticket of a removed pod succeeds (an orphan). */
+  CHECK_STATUS(kvroute_router_complete(r, d.ticket, KVROUTE_OUTCOME_FAILED, 23), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_complete(r, empty_ticket, KVROUTE_OUTCOME_SUCCESS, 23), KVROUTE_STATUS_OK);
+
+  /* Timers and stats. */
+  bool has = true;
+  uint64_t at = 5;
+  CHECK_STATUS(kvroute_router_tick(r, 24), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_next_deadline(r, NULL, &at), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_next_deadline(r, &has, &at), KVROUTE_STATUS_OK);
+  kvroute_stats st;
+  CHECK_STATUS(kvroute_router_stats(r, &st), KVROUTE_STATUS_OK);
+  CHECK(st.pods == 1 && st.tickets_issued == 4 && st.tickets_open == 0 && st.in_flight == 0);
+  CHECK(st.completed_success == 2 && st.completed_cancelled == 1 && st.completed_failed == 1);
+  CHECK(st.tickets_rejected == 2 && st.tickets_orphaned >= 1 && st.unknown_model == 1 && st.no_ready_pod == 2);
+  CHECK(st.routed_by_reason[KVROUTE_REASON_PREFIX_MATCH] == 1);
+  CHECK_STATUS(kvroute_router_stats(NULL, &st), KVROUTE_STATUS_NULL_PARAMETER);
+
+  free(body);
+  free(escaped);
+  free(text);
+  kvroute_router_free(r);
+}
+
+static void test_extract_prompt(void) {
+  const char *body =
+      "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be \\\"brief\\\".\\n\"},"
+      "{\"role\":\"user\",\"content\":[ {\"type\":\"text\", \"text\":\"hi\"} ]}]}";
+  char out[128];
+  size_t n = 0;
+  CHECK_STATUS(kvroute_extract_prompt(S(body), (uint8_t *)out, sizeof out, &n), KVROUTE_STATUS_OK);
+  const char *expected = "Be \"brief\".\n [ {\"type\":\"text\", \"text\":\"hi\"} ]";
+  CHECK(strcmp(out, expected) == 0 && n == strlen(expected));
+  CHECK_STATUS(kvroute_extract_prompt(S(body), (uint8_t *)out, n, &n), KVROUTE_STATUS_INSUFFICIENT_SIZE);
+  CHECK(n == strlen(expected) + 1);
+  CHECK_STATUS(kvroute_extract_prompt(S("[]"), (uint8_t *)out, sizeof out, &n), KVROUTE_STATUS_INVALID_BODY);
+}
+
+/* ---- golden vectors: a minimal reader for tests/vectors/prefix_hash_v1.json ---- */
+
+static char *read_file(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
+  fseek(f, 0, SEEK_END);
+  long len = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)len + 1);
+  CHECK(buf != NULL && fread(buf, 1, (size_t)len, f) == (size_t)len);
+  buf[len] = 0;
+  fclose(f);
+  return buf;
+}
+
+/* The position just after `"key":` (and spaces), searching from `p`, or NULL. */
+static const char *after_key(const char *p, const char *key) {
+  char pattern[64];
+  snprintf(pattern, sizeof pattern, "\"%s\"", key);
+  p = strstr(p, pattern);
+  if (!p) {
+    return NULL;
+  }
+  p += strlen(pattern);
+  while (*p == ' ' || *p == ':' || *p == '\n') {
+    p++;
+  }
+  return p;
+}
+
+static int hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  CHECK(!"lowercase hex digit");
+  return 0;
+}
+
+static void test_golden_vectors(const char *path) {
+  char *json = read_file(path);
+  const char *scheme = after_key(json, "scheme");
+  CHECK(scheme && strncmp(scheme, "\"v1\"", 4) == 0);
+  const char *p = after_key(json, "cases");
+  int cases = 0;
+  while ((p = after_key(p, "block_size")) != NULL) {
+    char *end;
+    size_t block = strtoull(p, &end, 10);
+    p = after_key(end, "seed");
+    CHECK(p);
+    uint64_t seed = strtoull(p, &end, 10);
+    p = after_key(end, "prompt_hex");
+    CHECK(p && *p == '"');
+    p++;
+    const char *hex_end = strchr(p, '"');
+    size_t len = (size_t)(hex_end - p) / 2;
+    uint8_t *prompt = malloc(len + 1);
+    for (size_t i = 0; i < len; i++) {
+      prompt[i] = (uint8_t)(hexval(p[2 * i]) << 4 | hexval(p[2 * i + 1]));
+    }
+    p = after_key(hex_end, "hashes");
+    CHECK(p && *p == '[');
+    size_t expected_n = 0;
+    uint64_t *expected = malloc(sizeof(uint64_t) * (len / block + 1));
+    for (p++; *p != ']'; p++) {
+      if (*p == '"') {
+        CHECK(p[1] == '0' && p[2] == 'x' && p[19] == '"');
+        CHECK(expected_n < len / block + 1);
+        expected[expected_n++] = strtoull(p + 3, &end, 16);
+        CHECK(end == p + 19);
+        p = end;
+      }
+    }
+    /* Count query, too-small buffer, then the real call. */
+    size_t n = 12345;
+    CHECK_STATUS(kvroute_prefix_hashes(block, seed, prompt, len, NULL, 0, &n),
+                 expected_n ? KVROUTE_STATUS_INSUFFICIENT_SIZE : KVROUTE_STATUS_OK);
+    CHECK(n == expected_n);
+    uint64_t *got = malloc(sizeof(uint64_t) * (expected_n + 1));
+    CHECK_STATUS(kvroute_prefix_hashes(block, seed, prompt, len, got, expected_n, &n), KVROUTE_STATUS_OK);
+    CHECK(n == expected_n);
+    for (size_t i = 0; i < n; i++) {
+      if (got[i] != expected[i]) {
+        fprintf(stderr, "case %d (block %zu, seed %" PRIu64 "): hash %zu is 0x%016" PRIx64 ", expected 0x%016" PRIx64 "\n",
+                cases, block, seed, i, got[i], expected[i]);
+        exit(1);
+      }
+    }
+    free(got);
+    free(expected);
+    free(prompt);
+    cases++;
+  }
+  CHECK(cases >= 5);
+  CHECK_STATUS(kvroute_prefix_hashes(0, 0, NULL, 0, NULL, 0, &(size_t){0}), KVROUTE_STATUS_INVALID_PARAMETER);
+  printf("golden vectors: %d cases match\n", cases);
+  free(json);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s VECTORS_JSON\n", argv[0]);
+    return 2;
+  }
+  test_version();
+  test_status_strings();
+  test_config_statuses();
+  test_router_statuses();
+  test_extract_prompt();
+  test_golden_vectors(argv[1]);
+  printf("test_api: all checks passed (kvroute %s)\n", kvroute_version());
+  return 0;
+}
