@@ -70,14 +70,19 @@ install:
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kvroute.pc
 	@echo "installed kvroute $(FFI_VERSION) ($(FFI_PROFILE)) under $(DESTDIR)$(PREFIX)"
 
+# The Go tests link the shared library installed into a scratch prefix (the SONAME is the
+# exact version, so the versioned file name must exist, as after `make install`).
+FFI_GO_PREFIX := $(FFI_BUILD)/go-prefix
+
 test-go: ffi-lib
 	command -v go || (apt-get update && apt-get install -y golang-go)
-	cd $(ROOT)/ffi/go && go vet ./...
-	cd $(ROOT)/ffi/go && CGO_LDFLAGS="-L$(FFI_DEBUG_DIR) -Wl,-rpath,$(FFI_DEBUG_DIR)" \
+	$(MAKE) --no-print-directory install PREFIX=$(FFI_GO_PREFIX) FFI_PROFILE=debug
+	cd $(ROOT)/ffi/go && test -z "$$(gofmt -l .)" && go vet ./...
+	cd $(ROOT)/ffi/go && CGO_LDFLAGS="-L$(FFI_GO_PREFIX)/lib -Wl,-rpath,$(FFI_GO_PREFIX)/lib" \
 	  go test -count=1 -race -tags kvroute_debug -v ./... 2>&1 | tail -n 40; exit $${PIPESTATUS[0]}
 
 bench-ffi:
 	$(CARGO) bench -p kvroute-ffi --bench route
-	$(CARGO) build --release -p kvroute-ffi
-	cd $(ROOT)/ffi/go && CGO_LDFLAGS="-L$(FFI_TARGET_DIR)/release -Wl,-rpath,$(FFI_TARGET_DIR)/release" \
+	$(MAKE) --no-print-directory install PREFIX=$(FFI_BUILD)/bench-prefix FFI_PROFILE=release
+	cd $(ROOT)/ffi/go && CGO_LDFLAGS="-L$(FFI_BUILD)/bench-prefix/lib -Wl,-rpath,$(FFI_BUILD)/bench-prefix/lib" \
 	  go test -run '^$$' -bench . -benchtime 2000x ./...

@@ -1,0 +1,3 @@
+module example.invalid/kvroute/ffi/go
+
+go 1.19

@@ -1,0 +1,360 @@
+// Package kvroute links the kvroute router (a KV-cache-aware request router for LLM
+// inference fleets) into a Go program through its C library, libkvroute.
+//
+// A Router is safe for concurrent use by many goroutines: the library locks internally and
+// hashes prompts outside its lock. Create one with NewRouter, register pods, then for every
+// request call Route (or RouteJSON with the request body) and, when the response ends,
+// Complete with the decision's ticket, exactly once.
+//
+//	r, err := kvroute.NewRouter(kvroute.Config{Seed: seed})
+//	defer r.Close()
+//	r.AddPod("llama", "vllm-a", "10.0.0.1:8000", true)
+//	d, err := r.RouteJSON("", body, "", nowMs)      // model from the body
+//	addr, _ := r.PodAddress(d.Pod)                   // forward the request there
+//	defer r.Complete(d.Ticket, kvroute.Success, laterMs)
+//
+// Building: the package needs kvroute.h and libkvroute. With `make install` they are found
+// in the default paths; otherwise point cgo at a build, for example
+// CGO_LDFLAGS="-L$REPO/target/debug -Wl,-rpath,$REPO/target/debug" (the header is taken from
+// the repository's include/ directory).
+//
+// Memory: Go byte slices and strings are passed to C without copying. This is allowed
+// because the library only reads them during the call and never keeps a pointer.
+package kvroute
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../include
+#cgo LDFLAGS: -lkvroute -lm -ldl -lpthread
+#include <stdlib.h>
+#include "kvroute.h"
+*/
+import "C"
+
+import (
+	"reflect"
+	"runtime"
+	"time"
+	"unsafe"
+)
+
+// Version is the version of the linked library, "major.minor.patch".
+func Version() string { return C.GoString(C.kvroute_version()) }
+
+// HeaderVersion is the version of kvroute.h this package was compiled against.
+const HeaderVersion = C.KVROUTE_VERSION
+
+// Status is a kvroute status code; every error this package returns is a Status. Compare
+// with errors.Is(err, kvroute.StatusUnknownModel) or a type switch.
+type Status uint32
+
+// The status codes (stable numbers; see kvroute.h).
+const (
+	StatusOK               Status = C.KVROUTE_STATUS_OK
+	StatusNullParameter    Status = C.KVROUTE_STATUS_NULL_PARAMETER
+	StatusInvalidParameter Status = C.KVROUTE_STATUS_INVALID_PARAMETER
+	StatusInvalidUTF8      Status = C.KVROUTE_STATUS_INVALID_UTF8
+	StatusInsufficientSize Status = C.KVROUTE_STATUS_INSUFFICIENT_SIZE
+	StatusUnknownModel     Status = C.KVROUTE_STATUS_UNKNOWN_MODEL
+	StatusNoReadyPod       Status = C.KVROUTE_STATUS_NO_READY_POD
+	StatusUnknownPod       Status = C.KVROUTE_STATUS_UNKNOWN_POD
+	StatusUnknownTicket    Status = C.KVROUTE_STATUS_UNKNOWN_TICKET
+	StatusTicketNotOpen    Status = C.KVROUTE_STATUS_TICKET_NOT_OPEN
+	StatusInvalidStrategy  Status = C.KVROUTE_STATUS_INVALID_STRATEGY
+	StatusInvalidAddress   Status = C.KVROUTE_STATUS_INVALID_ADDRESS
+	StatusEmptyName        Status = C.KVROUTE_STATUS_EMPTY_NAME
+	StatusInvalidBody      Status = C.KVROUTE_STATUS_INVALID_BODY
+	StatusInvalidConfig    Status = C.KVROUTE_STATUS_INVALID_CONFIG
+	StatusPanic            Status = C.KVROUTE_STATUS_PANIC
+	StatusPoisoned         Status = C.KVROUTE_STATUS_POISONED
+)
+
+// Error returns the status name, e.g. "KVROUTE_STATUS_UNKNOWN_MODEL".
+func (s Status) Error() string { return C.GoString(C.kvroute_status_str(C.uint32_t(s))) }
+
+func check(st C.kvroute_status) error {
+	if st == C.KVROUTE_STATUS_OK {
+		return nil
+	}
+	return Status(st)
+}
+
+// Reason says why the router chose a pod.
+type Reason uint32
+
+// The reasons (stable numbers; see kvroute.h).
+const (
+	ReasonRandom               Reason = C.KVROUTE_REASON_RANDOM
+	ReasonLeastRequest         Reason = C.KVROUTE_REASON_LEAST_REQUEST
+	ReasonPrefixMatch          Reason = C.KVROUTE_REASON_PREFIX_MATCH
+	ReasonPrefixMatchSkipped   Reason = C.KVROUTE_REASON_PREFIX_MATCH_SKIPPED
+	ReasonLeastRequestFallback Reason = C.KVROUTE_REASON_LEAST_REQUEST_FALLBACK
+	ReasonWeighted             Reason = C.KVROUTE_REASON_WEIGHTED
+	ReasonLeastTTFT            Reason = C.KVROUTE_REASON_LEAST_TTFT
+)
+
+// String returns AIBrix's label for the reason, e.g. "prefix_match".
+func (r Reason) String() string { return C.GoString(C.kvroute_reason_str(C.uint32_t(r))) }
+
+// Outcome says how a request ended.
+type Outcome uint32
+
+// The outcomes passed to Complete.
+const (
+	Success   Outcome = C.KVROUTE_OUTCOME_SUCCESS
+	Cancelled Outcome = C.KVROUTE_OUTCOME_CANCELLED
+	Failed    Outcome = C.KVROUTE_OUTCOME_FAILED
+)
+
+// PodID identifies a pod within one Router. Ids are never reused.
+type PodID uint32
+
+// Config configures a Router. The zero value of every field means the library's default
+// (AIBrix v0.7.0's shipped values: block size 128, index capacity 200000 blocks, index TTL
+// 20 min, ticket TTL 30 min, imbalance count 16, stddev factor 2, strategy "prefix-cache").
+type Config struct {
+	// Strategy is the default strategy spec, e.g. "prefix-cache" or
+	// "prefix-cache:2,least-request:1".
+	Strategy string
+	// BlockSize is the prompt-hash block size in bytes.
+	BlockSize int
+	// IndexCapacity is the prefix-index capacity in blocks.
+	IndexCapacity int
+	// IndexTTL is how long a pod's index entry stays valid after its last write.
+	IndexTTL time.Duration
+	// TicketTTL is how long a ticket may stay open before Tick expires it.
+	TicketTTL time.Duration
+	// ImbalanceAbsCount, when set, is prefix-cache's max-min in-flight imbalance threshold.
+	ImbalanceAbsCount *uint32
+	// StddevFactor, when set, is k in prefix-cache's load <= mean + k*stddev filter.
+	StddevFactor *float64
+	// Seed fixes every random choice: the same seed and calls give the same decisions.
+	Seed uint64
+	// HashSeed, when set, fixes the prompt-hash seed (otherwise derived from Seed).
+	HashSeed *uint64
+}
+
+// Router is a kvroute router. It is safe for concurrent use, except that Close must not run
+// concurrently with other methods.
+type Router struct {
+	_ptr *C.kvroute_router
+}
+
+// ptr returns the live handle or panics if the router was closed. See the package docs of
+// wasmtime-go (ffi.go) for why every access goes through one function: it is where the
+// debug build forces a GC, so that a missing runtime.KeepAlive shows up in tests.
+func (r *Router) ptr() *C.kvroute_router {
+	p := r._ptr
+	if p == nil {
+		panic("kvroute: use of a closed Router")
+	}
+	maybeGC()
+	return p
+}
+
+// bytesArg passes a byte slice to C without copying: (&b[0], len) or (NULL, 0).
+func bytesArg(b []byte) (*C.uint8_t, C.size_t) {
+	if len(b) == 0 {
+		return nil, 0
+	}
+	return (*C.uint8_t)(unsafe.Pointer(&b[0])), C.size_t(len(b))
+}
+
+// stringArg passes a string to C without copying (Go 1.19 has no unsafe.StringData). The C
+// side only reads it during the call.
+func stringArg(s string) (*C.uint8_t, C.size_t) {
+	if len(s) == 0 {
+		return nil, 0
+	}
+	hdr := (*reflect.StringHeader)(unsafe.Pointer(&s))
+	return (*C.uint8_t)(unsafe.Pointer(hdr.Data)), C.size_t(len(s))
+}
+
+// NewRouter builds a router with cfg. Call Close when done (a finalizer frees it otherwise).
+func NewRouter(cfg Config) (*Router, error) {
+	b := C.kvroute_config_builder_new()
+	if b == nil {
+		return nil, StatusPanic
+	}
+	set := func(st C.kvroute_status) error { return check(st) }
+	errs := []error{set(C.kvroute_config_builder_set_seed(b, C.uint64_t(cfg.Seed)))}
+	if cfg.Strategy != "" {
+		p, n := stringArg(cfg.Strategy)
+		errs = append(errs, set(C.kvroute_config_builder_set_strategy(b, p, n)))
+	}
+	if cfg.BlockSize != 0 {
+		errs = append(errs, set(C.kvroute_config_builder_set_block_size(b, C.size_t(cfg.BlockSize))))
+	}
+	if cfg.IndexCapacity != 0 {
+		errs = append(errs, set(C.kvroute_config_builder_set_index_capacity(b, C.size_t(cfg.IndexCapacity))))
+	}
+	if cfg.IndexTTL != 0 {
+		errs = append(errs, set(C.kvroute_config_builder_set_index_ttl_ms(b, C.uint64_t(cfg.IndexTTL.Milliseconds()))))
+	}
+	if cfg.TicketTTL != 0 {
+		errs = append(errs, set(C.kvroute_config_builder_set_ticket_ttl_ms(b, C.uint64_t(cfg.TicketTTL.Milliseconds()))))
+	}
+	if cfg.ImbalanceAbsCount != nil {
+		errs = append(errs, set(C.kvroute_config_builder_set_imbalance_abs_count(b, C.uint32_t(*cfg.ImbalanceAbsCount))))
+	}
+	if cfg.StddevFactor != nil {
+		errs = append(errs, set(C.kvroute_config_builder_set_stddev_factor(b, C.double(*cfg.StddevFactor))))
+	}
+	if cfg.HashSeed != nil {
+		errs = append(errs, set(C.kvroute_config_builder_set_hash_seed(b, C.uint64_t(*cfg.HashSeed))))
+	}
+	runtime.KeepAlive(cfg.Strategy)
+	for _, err := range errs {
+		if err != nil {
+			C.kvroute_config_builder_free(b)
+			return nil, err
+		}
+	}
+	var config *C.kvroute_config
+	// Build consumes the builder whether it succeeds or fails.
+	if err := check(C.kvroute_config_builder_build(b, &config)); err != nil {
+		return nil, err
+	}
+	defer C.kvroute_config_free(config)
+	r := &Router{}
+	if err := check(C.kvroute_router_new(config, &r._ptr)); err != nil {
+		return nil, err
+	}
+	runtime.SetFinalizer(r, (*Router).Close)
+	return r, nil
+}
+
+// Close frees the router. It is idempotent; any other method called afterwards panics.
+func (r *Router) Close() {
+	if r._ptr == nil {
+		return
+	}
+	runtime.SetFinalizer(r, nil)
+	C.kvroute_router_free(r._ptr)
+	r._ptr = nil
+}
+
+// Decision is one routing decision. The request holds an in-flight slot on Pod until
+// Complete(Ticket, ...) is called.
+type Decision struct {
+	Ticket        uint64
+	Pod           PodID
+	Reason        Reason
+	MatchPercent  uint32 // matched*100/total, rounded down
+	MatchedBlocks uint32 // leading prompt blocks the pod held
+	TotalBlocks   uint32 // complete blocks in the prompt
+	Imbalance     bool   // prefix-cache's imbalance guard fired
+	Load          uint32 // the pod's in-flight load before this request
+	LoadMin       uint32
+	LoadMax       uint32
+	LoadMean      float64
+	ReadyPods     uint32
+}
+
+func decisionFrom(d *C.kvroute_decision) Decision {
+	return Decision{
+		Ticket:        uint64(d.ticket),
+		Pod:           PodID(d.pod),
+		Reason:        Reason(d.reason),
+		MatchPercent:  uint32(d.match_percent),
+		MatchedBlocks: uint32(d.matched_blocks),
+		TotalBlocks:   uint32(d.total_blocks),
+		Imbalance:     bool(d.imbalance),
+		Load:          uint32(d.load),
+		LoadMin:       uint32(d.load_min),
+		LoadMax:       uint32(d.load_max),
+		LoadMean:      float64(d.load_mean),
+		ReadyPods:     uint32(d.ready_pods),
+	}
+}
+
+// Route routes a request whose prompt is given as bytes. strategy "" uses the configured
+// default; nowMs is the caller's monotonic clock in milliseconds.
+func (r *Router) Route(model string, prompt []byte, strategy string, nowMs uint64) (Decision, error) {
+	var d C.kvroute_decision
+	mp, mn := stringArg(model)
+	pp, pn := bytesArg(prompt)
+	sp, sn := stringArg(strategy)
+	st := C.kvroute_router_route(r.ptr(), mp, mn, pp, pn, sp, sn, C.uint64_t(nowMs), &d)
+	runtime.KeepAlive(r)
+	runtime.KeepAlive(model)
+	runtime.KeepAlive(prompt)
+	runtime.KeepAlive(strategy)
+	if err := check(st); err != nil {
+		return Decision{}, err
+	}
+	return decisionFrom(&d), nil
+}
+
+// RouteJSON routes a request given as its OpenAI-style JSON body (chat completions or
+// completions); the prompt is extracted as AIBrix does. model "" takes the body's "model".
+func (r *Router) RouteJSON(model string, body []byte, strategy string, nowMs uint64) (Decision, error) {
+	var d C.kvroute_decision
+	mp, mn := stringArg(model)
+	bp, bn := bytesArg(body)
+	sp, sn := stringArg(strategy)
+	st := C.kvroute_router_route_json(r.ptr(), mp, mn, bp, bn, sp, sn, C.uint64_t(nowMs), &d)
+	runtime.KeepAlive(r)
+	runtime.KeepAlive(model)
+	runtime.KeepAlive(body)
+	runtime.KeepAlive(strategy)
+	if err := check(st); err != nil {
+		return Decision{}, err
+	}
+	return decisionFrom(&d), nil
+}
+
+// Complete releases the ticket's in-flight slot, exactly once. A second completion returns
+// StatusTicketNotOpen, an unknown ticket StatusUnknownTicket.
+func (r *Router) Complete(ticket uint64, outcome Outcome, nowMs uint64) error {
+	st := C.kvroute_router_complete(r.ptr(), C.kvroute_ticket(ticket), C.uint32_t(outcome), C.uint64_t(nowMs))
+	runtime.KeepAlive(r)
+	return check(st)
+}
+
+// Explain returns the one-line explanation of an open ticket's decision (for logs and the
+// x-kvroute-decision header). Call it before Complete.
+func (r *Router) Explain(ticket uint64) (string, error) {
+	return r.readString(func(p *C.kvroute_router, buf *C.uint8_t, n C.size_t, out *C.size_t) C.kvroute_status {
+		return C.kvroute_router_explain(p, C.kvroute_ticket(ticket), buf, n, out)
+	})
+}
+
+// readString runs an out-buffer call, growing the buffer once if it was too small.
+func (r *Router) readString(call func(*C.kvroute_router, *C.uint8_t, C.size_t, *C.size_t) C.kvroute_status) (string, error) {
+	var buf [512]byte
+	var n C.size_t
+	st := call(r.ptr(), (*C.uint8_t)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), &n)
+	runtime.KeepAlive(r)
+	if st == C.KVROUTE_STATUS_OK {
+		return string(buf[:n]), nil
+	}
+	if st != C.KVROUTE_STATUS_INSUFFICIENT_SIZE {
+		return "", Status(st)
+	}
+	big := make([]byte, int(n))
+	st = call(r.ptr(), (*C.uint8_t)(unsafe.Pointer(&big[0])), C.size_t(len(big)), &n)
+	runtime.KeepAlive(r)
+	if err := check(st); err != nil {
+		return "", err
+	}
+	return string(big[:n]), nil
+}
+
+// Tick does the time-driven work due at nowMs (index TTL, ticket TTL).
+func (r *Router) Tick(nowMs uint64) error {
+	st := C.kvroute_router_tick(r.ptr(), C.uint64_t(nowMs))
+	runtime.KeepAlive(r)
+	return check(st)
+}
+
+// NextDeadline says when Tick next has work; ok is false when it has none.
+func (r *Router) NextDeadline() (deadlineMs uint64, ok bool, err error) {
+	var has C._Bool
+	var at C.uint64_t
+	st := C.kvroute_router_next_deadline(r.ptr(), &has, &at)
+	runtime.KeepAlive(r)
+	if err := check(st); err != nil {
+		return 0, false, err
+	}
+	return uint64(at), bool(has), nil
+}

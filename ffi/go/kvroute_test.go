@@ -1,0 +1,302 @@
+package kvroute
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const sentence = "The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n"
+
+// studyPrompt is the study's prompt shape (~28,000 bytes): a 256-hex salt line, `Document N`,
+// the sentence 300 times, then a question.
+func studyPrompt(family, question int) string {
+	salt := strings.Repeat(fmt.Sprintf("%016x", uint64(family)*0x9E3779B97F4A7C15+1), 16)
+	return fmt.Sprintf("%s\nDocument %d\n%sQuestion %06d: Explain the operational tradeoffs in detail.",
+		salt, family, strings.Repeat(sentence, 300), question)
+}
+
+func newTestRouter(t testing.TB, cfg Config, pods int) *Router {
+	t.Helper()
+	r, err := NewRouter(cfg)
+	if err != nil {
+		t.Fatalf("NewRouter: %v", err)
+	}
+	for i := 0; i < pods; i++ {
+		if _, err := r.AddPod("study", fmt.Sprintf("vllm-%d", i), fmt.Sprintf("10.0.0.%d:8000", i+1), true); err != nil {
+			t.Fatalf("AddPod: %v", err)
+		}
+	}
+	return r
+}
+
+func TestVersionMatchesHeader(t *testing.T) {
+	if Version() != HeaderVersion {
+		t.Fatalf("linked library %s, header %s", Version(), HeaderVersion)
+	}
+}
+
+func TestRouteMatchesPrefixAndCompletesOnce(t *testing.T) {
+	r := newTestRouter(t, Config{Seed: 7}, 3)
+	defer r.Close()
+	prompt := []byte(studyPrompt(1, 100000))
+	first, err := r.Route("study", prompt, "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.Reason != ReasonLeastRequestFallback || first.TotalBlocks != uint32(len(prompt)/128) {
+		t.Fatalf("first decision %+v", first)
+	}
+	body, _ := json.Marshal(map[string]any{"model": "study", "prompt": string(prompt)})
+	second, err := r.RouteJSON("", body, "", 1001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Pod != first.Pod || second.Reason != ReasonPrefixMatch || second.MatchPercent != 100 {
+		t.Fatalf("second decision %+v, first %+v", second, first)
+	}
+	line, err := r.Explain(second.Ticket)
+	if err != nil || !strings.HasPrefix(line, "strategy=prefix-cache reason=prefix_match pod=vllm-") {
+		t.Fatalf("Explain: %q %v", line, err)
+	}
+	if n, _ := r.InFlight(first.Pod); n != 2 {
+		t.Fatalf("in flight %d, want 2", n)
+	}
+	if err := r.Complete(first.Ticket, Success, 1002); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Complete(first.Ticket, Success, 1003); !errors.Is(err, StatusTicketNotOpen) {
+		t.Fatalf("double completion: %v", err)
+	}
+	if err := r.Complete(1<<40, Success, 1003); !errors.Is(err, StatusUnknownTicket) {
+		t.Fatalf("unknown ticket: %v", err)
+	}
+	if err := r.Complete(second.Ticket, Outcome(9), 1003); !errors.Is(err, StatusInvalidParameter) {
+		t.Fatalf("bad outcome: %v", err)
+	}
+	if err := r.Complete(second.Ticket, Cancelled, 1003); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Explain(second.Ticket); !errors.Is(err, StatusUnknownTicket) {
+		t.Fatalf("explain after completion: %v", err)
+	}
+}
+
+func TestErrorsAreStatuses(t *testing.T) {
+	if _, err := NewRouter(Config{Strategy: "round-robin"}); !errors.Is(err, StatusInvalidStrategy) {
+		t.Fatalf("bad strategy: %v", err)
+	}
+	if _, err := NewRouter(Config{BlockSize: -1}); !errors.Is(err, StatusInvalidParameter) {
+		t.Fatalf("bad block size: %v", err)
+	}
+	r := newTestRouter(t, Config{}, 1)
+	defer r.Close()
+	if _, err := r.Route("nosuch", nil, "", 1); !errors.Is(err, StatusUnknownModel) || err.Error() != "KVROUTE_STATUS_UNKNOWN_MODEL" {
+		t.Fatalf("unknown model: %v", err)
+	}
+	if _, err := r.Route("study\xff", nil, "", 1); !errors.Is(err, StatusInvalidUTF8) {
+		t.Fatalf("bad UTF-8: %v", err)
+	}
+	if _, err := r.Route("study", nil, "fastest", 1); !errors.Is(err, StatusInvalidStrategy) {
+		t.Fatalf("bad strategy: %v", err)
+	}
+	if _, err := r.RouteJSON("", []byte(`{"messages":"x"}`), "", 1); !errors.Is(err, StatusInvalidBody) {
+		t.Fatalf("bad body: %v", err)
+	}
+	if _, err := r.AddPod("study", "x", "not-an-address", true); !errors.Is(err, StatusInvalidAddress) {
+		t.Fatalf("bad address: %v", err)
+	}
+	pods, err := r.Pods()
+	if err != nil || len(pods) != 1 {
+		t.Fatalf("Pods: %v %v", pods, err)
+	}
+	info, err := r.PodInfo(pods[0])
+	if err != nil || info.Name != "vllm-0" || info.Address != "10.0.0.1:8000" || !info.Ready {
+		t.Fatalf("PodInfo: %+v %v", info, err)
+	}
+	if err := r.SetPodReady(pods[0], false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Route("study", nil, "", 2); !errors.Is(err, StatusNoReadyPod) {
+		t.Fatalf("no ready pod: %v", err)
+	}
+	if err := r.RemovePod(pods[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.PodInfo(pods[0]); !errors.Is(err, StatusUnknownPod) {
+		t.Fatalf("removed pod: %v", err)
+	}
+}
+
+func TestCloseIsIdempotentAndUseAfterClosePanics(t *testing.T) {
+	r := newTestRouter(t, Config{}, 1)
+	r.Close()
+	r.Close()
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Route on a closed Router did not panic")
+		}
+	}()
+	_, _ = r.Route("study", nil, "", 1)
+}
+
+func TestSameSeedSameDecisions(t *testing.T) {
+	run := func() []Decision {
+		r := newTestRouter(t, Config{Seed: 42, Strategy: "prefix-cache:2,least-request:1"}, 4)
+		defer r.Close()
+		var out []Decision
+		for i := 0; i < 40; i++ {
+			d, err := r.Route("study", []byte(studyPrompt(i%5, i)), "", uint64(i*100))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, d)
+			if i%3 == 0 {
+				if err := r.Complete(d.Ticket, Success, uint64(i*100+50)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return out
+	}
+	a, b := run(), run()
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("decision %d differs: %+v vs %+v", i, a[i], b[i])
+		}
+	}
+}
+
+// Sixteen goroutines route, explain and complete on one Router at once; afterwards every
+// counter adds up and no slot is left in flight.
+func TestConcurrentUseFrom16Goroutines(t *testing.T) {
+	const goroutines, perGoroutine = 16, 60
+	r := newTestRouter(t, Config{Seed: 3}, 4)
+	defer r.Close()
+	prompts := make([][]byte, 8)
+	for i := range prompts {
+		prompts[i] = []byte(studyPrompt(i, 100000+i))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < perGoroutine; i++ {
+				now := uint64(g*perGoroutine + i)
+				d, err := r.Route("study", prompts[(g+i)%len(prompts)], "", now)
+				if err != nil {
+					errs <- fmt.Errorf("route: %w", err)
+					return
+				}
+				if _, err := r.Explain(d.Ticket); err != nil {
+					errs <- fmt.Errorf("explain: %w", err)
+					return
+				}
+				if err := r.Complete(d.Ticket, Success, now); err != nil {
+					errs <- fmt.Errorf("complete: %w", err)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	s, err := r.Stats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(goroutines * perGoroutine)
+	if s.TicketsIssued != want || s.CompletedSuccess != want || s.TicketsOpen != 0 || s.InFlight != 0 || s.TicketsRejected != 0 {
+		t.Fatalf("stats after concurrent use: %+v", s)
+	}
+	var routed uint64
+	for _, n := range s.RoutedByReason {
+		routed += n
+	}
+	if routed != want || s.RoutedByReason[ReasonPrefixMatch] == 0 {
+		t.Fatalf("reasons %v", s.RoutedByReason)
+	}
+}
+
+func TestTicketTTLAndDeadline(t *testing.T) {
+	r := newTestRouter(t, Config{TicketTTL: 100_000_000}, 1) // 100 ms
+	defer r.Close()
+	if _, ok, err := r.NextDeadline(); ok || err != nil {
+		t.Fatalf("deadline on an empty router: %v %v", ok, err)
+	}
+	d, err := r.Route("study", []byte("short"), "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, ok, err := r.NextDeadline()
+	if err != nil || !ok || at != 1100 {
+		t.Fatalf("deadline %d %v %v", at, ok, err)
+	}
+	if err := r.Tick(at); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Complete(d.Ticket, Success, at+1); !errors.Is(err, StatusTicketNotOpen) {
+		t.Fatalf("completion after expiry: %v", err)
+	}
+}
+
+func TestExtractPrompt(t *testing.T) {
+	got, err := ExtractPrompt([]byte(`{"messages":[{"role":"system","content":"a\nb"},{"content":[ {"type":"text"} ]}]}`))
+	if err != nil || got != "a\nb [ {\"type\":\"text\"} ]" {
+		t.Fatalf("%q %v", got, err)
+	}
+	if _, err := ExtractPrompt([]byte("nope")); !errors.Is(err, StatusInvalidBody) {
+		t.Fatalf("%v", err)
+	}
+}
+
+// The golden prefix-hash vectors (scheme v1, generated by an independent implementation).
+func TestGoldenHashVectors(t *testing.T) {
+	raw, err := os.ReadFile("../../tests/vectors/prefix_hash_v1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file struct {
+		Scheme string `json:"scheme"`
+		Cases  []struct {
+			BlockSize int      `json:"block_size"`
+			Seed      uint64   `json:"seed"`
+			PromptHex string   `json:"prompt_hex"`
+			Hashes    []string `json:"hashes"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal(raw, &file); err != nil {
+		t.Fatal(err)
+	}
+	if file.Scheme != "v1" || len(file.Cases) < 5 {
+		t.Fatalf("unexpected vectors file: scheme %q, %d cases", file.Scheme, len(file.Cases))
+	}
+	for i, c := range file.Cases {
+		prompt, err := hex.DecodeString(c.PromptHex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := PrefixHashes(c.BlockSize, c.Seed, prompt)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if len(got) != len(c.Hashes) {
+			t.Fatalf("case %d: %d hashes, want %d", i, len(got), len(c.Hashes))
+		}
+		for j, h := range got {
+			if s := fmt.Sprintf("0x%016x", h); s != c.Hashes[j] {
+				t.Fatalf("case %d hash %d: %s, want %s", i, j, s, c.Hashes[j])
+			}
+		}
+	}
+}
