@@ -20,6 +20,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Simulate the seed study: four scenarios × three strategies × two rounds.
+    Study(StudyArgs),
     /// Serve the engine model in real time as a fake vLLM server.
     Serve(ServeArgs),
     /// Send a study-shaped load to a live endpoint and report it.
@@ -54,6 +56,24 @@ impl EngineArgs {
             ..EngineConfig::default()
         }
     }
+}
+
+#[derive(Args, Debug)]
+struct StudyArgs {
+    /// Write records (JSONL), the summary (JSON) and one SVG plot per scenario here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Only this round (1 or 2).
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    round: Option<u8>,
+    /// Strategies (core spec strings), in table order (default: random least-request prefix-cache).
+    #[arg(long = "strategy", num_args = 1..)]
+    strategies: Vec<String>,
+    /// Print every phase's selection reasons, guard events and peak queues.
+    #[arg(long)]
+    verbose: bool,
+    #[command(flatten)]
+    engine: EngineArgs,
 }
 
 #[derive(Args, Debug)]
@@ -118,12 +138,16 @@ struct ReplayArgs {
     /// Do not print the per-request table.
     #[arg(long)]
     quiet: bool,
+    /// Arrival spacing: uniform (the study's) or poisson.
+    #[arg(long, default_value = "uniform")]
+    arrivals: String,
 }
 
 /// Parses the arguments and runs the command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Study(a) => study_cmd(a),
         Command::Serve(a) => serve_cmd(a),
         Command::Replay(a) => replay_cmd(a),
     }
@@ -170,7 +194,15 @@ fn replay_cmd(a: ReplayArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let Some(arrivals) = crate::workload::ArrivalProcess::parse(&a.arrivals) else {
+        eprintln!(
+            "error: --arrivals must be poisson or uniform, got {:?}",
+            a.arrivals
+        );
+        return ExitCode::from(2);
+    };
     let cfg = ReplayConfig {
+        arrivals,
         url: a.url,
         scenario,
         strategies: a.strategies,
@@ -222,6 +254,75 @@ fn replay_cmd(a: ReplayArgs) -> ExitCode {
     if rows.iter().all(|r| r.succeeded == 0) {
         eprintln!("error: no request succeeded");
         return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+fn parse_specs(names: &[String]) -> Result<Vec<kvroute_core::StrategySpec>, ExitCode> {
+    names
+        .iter()
+        .map(|n| {
+            kvroute_core::StrategySpec::parse(n).map_err(|e| {
+                eprintln!("error: --strategy {n:?}: {e}");
+                ExitCode::from(2)
+            })
+        })
+        .collect()
+}
+
+fn study_cmd(a: StudyArgs) -> ExitCode {
+    let mut cfg = crate::study::StudyConfig {
+        engine: a.engine.config(),
+        ..Default::default()
+    };
+    if !a.strategies.is_empty() {
+        match parse_specs(&a.strategies) {
+            Ok(s) => cfg.strategies = s,
+            Err(c) => return c,
+        }
+    }
+    if let Some(r) = a.round {
+        cfg.rounds = vec![r];
+    }
+    let cpu0 = crate::cpu::process_cpu_seconds();
+    let wall = std::time::Instant::now();
+    let phases = match crate::study::run_study(&cfg) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cpu = crate::cpu::process_cpu_seconds()
+        .zip(cpu0)
+        .map(|(b, a)| b - a);
+    let rows: Vec<_> = phases.iter().map(|p| p.summary.clone()).collect();
+    print!("{}", crate::report::study_table(&rows));
+    let pods = crate::cluster::ClusterConfig::default().pods;
+    if a.verbose {
+        println!();
+        for p in &phases {
+            println!("{}", crate::study::phase_notes(p, &pods));
+        }
+    }
+    if let Some(dir) = &a.out {
+        if let Err(e) = crate::study::write_outputs(dir, &phases, &pods) {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+        println!("wrote records, summary and plots to {}", dir.display());
+    }
+    match cpu {
+        Some(c) => println!(
+            "simulated {} phases in {c:.2} s CPU ({:.2} s wall)",
+            phases.len(),
+            wall.elapsed().as_secs_f64()
+        ),
+        None => println!(
+            "simulated {} phases in {:.2} s wall",
+            phases.len(),
+            wall.elapsed().as_secs_f64()
+        ),
     }
     ExitCode::SUCCESS
 }

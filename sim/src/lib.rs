@@ -19,9 +19,13 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod cluster;
+pub mod cpu;
 pub mod engine;
+pub mod plot;
 pub mod replay;
 pub mod report;
 pub mod serve;
+pub mod study;
 pub mod tokenizer;
 pub mod workload;

@@ -34,7 +34,7 @@ use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
 use crate::report::{decision_field, PhaseSummary, RequestRecord, Slo};
-use crate::workload::{mix, Scenario, StudyPhase, STUDY_FAMILIES};
+use crate::workload::{mix, ArrivalProcess, Scenario, StudyPhase, STUDY_FAMILIES};
 
 /// The client's in-flight cap.
 pub const CLIENT_CAP: usize = 48;
@@ -68,6 +68,8 @@ pub struct ReplayConfig {
     pub direct: Vec<String>,
     /// The model name in requests.
     pub model: String,
+    /// Arrival spacing.
+    pub arrivals: ArrivalProcess,
 }
 
 /// Why a replay could not run.
@@ -186,6 +188,7 @@ pub async fn run(cfg: &ReplayConfig) -> Result<Vec<PhaseOutcome>, ReplayError> {
             mix(run_nonce ^ mix(i as u64)),
             cfg.requests,
             cfg.rate,
+            cfg.arrivals,
             cfg.max_tokens,
         );
         let notes = prime(cfg, &client, &phase).await;

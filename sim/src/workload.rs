@@ -244,20 +244,17 @@ impl StudyPhase {
         salt_seed: u64,
         requests: usize,
         rate: f64,
+        process: ArrivalProcess,
         output_tokens: u32,
     ) -> Self {
         let mut rng = fastrand::Rng::with_seed(mix(salt_seed));
         let salts: Vec<String> = (0..STUDY_FAMILIES).map(|_| salt(&mut rng)).collect();
-        let interval_us = if rate > 0.0 {
-            (1e6 / rate).round() as u64
-        } else {
-            0
-        };
+        let times = arrival_times(process, round_seed, requests, rate);
         let arrivals = family_order(scenario, round_seed, requests)
             .into_iter()
             .enumerate()
             .map(|(i, family)| Arrival {
-                at_us: i as u64 * interval_us,
+                at_us: times[i],
                 family: Some(family),
                 prompt: study_prompt(&salts[family], family + 1, question_number(round_seed, i))
                     .into(),
@@ -276,6 +273,52 @@ impl StudyPhase {
     pub fn priming_prompt(&self, family: usize) -> String {
         study_prompt(&self.salts[family], family + 1, 999_999)
     }
+}
+
+/// How arrival times are spaced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ArrivalProcess {
+    /// Exponential inter-arrival times with mean `1 / rate` (a Poisson process), drawn from
+    /// the round seed: the same for every strategy of a round.
+    Poisson,
+    /// Exactly `1 / rate` apart (the default: the study's facts are reproduced with it, not
+    /// with Poisson arrivals, under which least-request queues far more than the study saw).
+    #[default]
+    Uniform,
+}
+
+impl ArrivalProcess {
+    /// Parses `poisson` or `uniform`.
+    pub fn parse(s: &str) -> Option<ArrivalProcess> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "poisson" => Some(ArrivalProcess::Poisson),
+            "uniform" | "constant" => Some(ArrivalProcess::Uniform),
+            _ => None,
+        }
+    }
+}
+
+/// `n` send times in µs (the first at 0) at `rate` per second.
+pub fn arrival_times(process: ArrivalProcess, seed: u64, n: usize, rate: f64) -> Vec<u64> {
+    let mean_us = if rate > 0.0 && rate.is_finite() {
+        1e6 / rate
+    } else {
+        0.0
+    };
+    let mut rng = fastrand::Rng::with_seed(mix(seed ^ 0x6172_7269_7661_6c73));
+    let mut t = 0.0f64;
+    (0..n)
+        .map(|i| {
+            if i > 0 {
+                t += match process {
+                    ArrivalProcess::Uniform => mean_us,
+                    // Inverse CDF of the exponential; 1 - u is in (0, 1].
+                    ArrivalProcess::Poisson => -mean_us * (1.0 - rng.f64()).ln(),
+                };
+            }
+            t.round() as u64
+        })
+        .collect()
 }
 
 /// The six-digit question number of request `i`.
@@ -408,15 +451,39 @@ mod tests {
 
     #[test]
     fn family_order_depends_on_the_seed_only() {
-        let a = StudyPhase::new(Scenario::Hot50, 102, 1, 96, 1.6, 128);
-        let b = StudyPhase::new(Scenario::Hot50, 102, 2, 96, 1.6, 128);
+        let a = StudyPhase::new(
+            Scenario::Hot50,
+            102,
+            1,
+            96,
+            1.6,
+            ArrivalProcess::Uniform,
+            128,
+        );
+        let b = StudyPhase::new(
+            Scenario::Hot50,
+            102,
+            2,
+            96,
+            1.6,
+            ArrivalProcess::Uniform,
+            128,
+        );
         let fa: Vec<_> = a.arrivals.iter().map(|x| x.family).collect();
         let fb: Vec<_> = b.arrivals.iter().map(|x| x.family).collect();
         assert_eq!(fa, fb);
         assert_ne!(a.salts, b.salts);
         assert_eq!(fa.iter().filter(|f| **f == Some(0)).count(), 48);
         assert_eq!(a.arrivals[1].at_us, 625_000);
-        let c = StudyPhase::new(Scenario::Hot50, 103, 1, 96, 1.6, 128);
+        let c = StudyPhase::new(
+            Scenario::Hot50,
+            103,
+            1,
+            96,
+            1.6,
+            ArrivalProcess::Uniform,
+            128,
+        );
         assert_ne!(fa, c.arrivals.iter().map(|x| x.family).collect::<Vec<_>>());
     }
 

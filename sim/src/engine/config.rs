@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 /// Per-step time model: `step = base + per_decode_seq × decode_seqs + per_prefill_token ×
 /// prefill_tokens`, in microseconds.
 ///
-/// With the defaults a pure-decode step of 8 sequences takes 57 ms (the study's TPOT floor) and a
-/// lone 5,000-token prefill about 1.7 s (≈ 3,000 tokens/s).
+/// With the defaults a pure-decode step of 8 sequences takes 57 ms (the study's TPOT floor), a
+/// lone 5,000-token prefill 1.5 s (≈ 3,300 tokens/s) and a cache hit's ~340-token tail adds
+/// ~0.1 s to the step it joins. `sim/README.md` ("Calibration") gives the reasons.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepTimeModel {
     /// Fixed cost of every step (weights read, scheduling, sampling), µs.
@@ -19,6 +20,9 @@ pub struct StepTimeModel {
     pub per_decode_seq_us: u64,
     /// Cost of each prompt token computed in the step (chunked prefill), µs.
     pub per_prefill_token_us: f64,
+    /// Roofline mode: a mixed step costs `max(decode, prefill)` instead of their sum, because
+    /// the prefill's compute overlaps the decode's memory-bound weight reads.
+    pub overlap: bool,
 }
 
 impl Default for StepTimeModel {
@@ -26,7 +30,8 @@ impl Default for StepTimeModel {
         StepTimeModel {
             base_us: 33_000,
             per_decode_seq_us: 3_000,
-            per_prefill_token_us: 333.0,
+            per_prefill_token_us: 300.0,
+            overlap: false,
         }
     }
 }
@@ -36,7 +41,12 @@ impl StepTimeModel {
     /// tokens, in µs (at least 1).
     pub fn step_us(&self, decode_seqs: u32, prefill_tokens: u32) -> u64 {
         let prefill = (self.per_prefill_token_us * f64::from(prefill_tokens)).round() as u64;
-        (self.base_us + self.per_decode_seq_us * u64::from(decode_seqs) + prefill).max(1)
+        let decode = self.base_us + self.per_decode_seq_us * u64::from(decode_seqs);
+        if self.overlap {
+            decode.max(prefill).max(1)
+        } else {
+            (decode + prefill).max(1)
+        }
     }
 }
 

@@ -1,0 +1,577 @@
+//! The discrete-event loop: a load client, the real [`kvroute_core::Router`] and one
+//! [`Engine`] per pod, on one simulated clock (µs).
+//!
+//! ## Contract
+//! - Deterministic: the same [`ClusterConfig`], priming calls and arrivals give the same records.
+//! - Every request is routed by [`Router::route`] at its send time and completed with
+//!   [`Router::complete`] (with its timings) when its last token is produced, so the loads the
+//!   strategies see are the real in-flight counts.
+//! - The client holds at most `client_cap` requests in flight; an arrival beyond it is sent when
+//!   a slot frees (TTFT counts from the actual send).
+//! - Every `sample_every_us` the engines' running/waiting gauges are sampled and passed to the
+//!   router as engine snapshots ([`Router::observe_engine`]), as a metrics scraper would.
+//! - Events at the same instant: step ends first (engine order), then sends, then the sample.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use kvroute_core::{
+    Completion, EngineSnapshot, Outcome, PodId, PodSpec, Reason, RouteRequest, Router,
+    RouterConfig, StrategySpec, Timestamp, Timings,
+};
+use serde::Serialize;
+
+use crate::engine::{Engine, EngineConfig, EngineCounters, TokenEvent};
+use crate::report::{RequestRecord, Slo};
+use crate::tokenizer::tokenize;
+use crate::workload::Arrival;
+
+/// What a simulated cluster is made of.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Every replica's engine.
+    pub engine: EngineConfig,
+    /// Pod names, one engine each.
+    pub pods: Vec<String>,
+    /// The model name routed for.
+    pub model: String,
+    /// The router's configuration (its `seed` makes the run's random choices).
+    pub router: RouterConfig,
+    /// The client's in-flight cap.
+    pub client_cap: usize,
+    /// The SLO requests are judged against.
+    pub slo: Slo,
+    /// Gauge sampling period, µs.
+    pub sample_every_us: u64,
+    /// Time from a request's send (and routing) to its arrival in the engine's queue, µs: the
+    /// gateway, the HTTP hops and the API server's tokenization. It adds to TTFT and E2E.
+    pub overhead_us: u64,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        ClusterConfig {
+            engine: EngineConfig::default(),
+            pods: vec!["A".into(), "B".into()],
+            model: "study".into(),
+            router: RouterConfig::default(),
+            client_cap: 48,
+            slo: Slo::default(),
+            sample_every_us: 5_000_000,
+            overhead_us: 0,
+        }
+    }
+}
+
+/// Why a simulation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// The engine configuration is invalid.
+    #[error("engine: {0}")]
+    Engine(#[from] crate::engine::EngineConfigError),
+    /// The router configuration is invalid.
+    #[error("router: {0}")]
+    Router(#[from] kvroute_core::ConfigError),
+    /// A pod could not be registered.
+    #[error("pod: {0}")]
+    Pod(#[from] kvroute_core::RegistryError),
+    /// No pod, or too many.
+    #[error("a cluster needs between 1 and 4096 pods, got {0}")]
+    PodCount(usize),
+    /// The client cap is zero.
+    #[error("the client in-flight cap must be at least 1")]
+    ClientCap,
+    /// A request's `routing-strategy` header is invalid.
+    #[error("request {index}: {source}")]
+    Strategy {
+        /// 1-based request number.
+        index: usize,
+        /// The parse error.
+        source: kvroute_core::StrategyError,
+    },
+}
+
+/// The gauges at one sampling instant.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GaugeSample {
+    /// Seconds from the phase start.
+    pub t_s: f64,
+    /// Running requests per pod.
+    pub running: Vec<u32>,
+    /// Waiting requests per pod.
+    pub waiting: Vec<u32>,
+}
+
+/// What one run produced.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    /// Per-request records, in arrival order.
+    pub records: Vec<RequestRecord>,
+    /// Token hit rate from the engines' counter deltas (hits / queries).
+    pub token_hit: Option<f64>,
+    /// Each engine's counter deltas over the run.
+    pub engines: Vec<EngineCounters>,
+    /// Gauge samples.
+    pub samples: Vec<GaugeSample>,
+    /// Largest sampled waiting queue per pod.
+    pub peak_waiting: Vec<u32>,
+    /// Decisions by reason during the run (from the router's stats).
+    pub reasons: BTreeMap<String, u64>,
+    /// prefix-cache imbalance-guard events during the run.
+    pub imbalance_events: u64,
+    /// Output tokens per second from the first send to the last token.
+    pub output_throughput: f64,
+    /// Simulated duration, s.
+    pub duration_s: f64,
+}
+
+#[derive(Default)]
+struct Live {
+    sent_us: u64,
+    first_us: Option<u64>,
+    last_us: Option<u64>,
+    generated: u32,
+    cached: u32,
+    prompt: u32,
+    pod: usize,
+    ticket: Option<kvroute_core::Ticket>,
+}
+
+/// A router and its engines.
+pub struct Cluster {
+    config: ClusterConfig,
+    router: Router,
+    engines: Vec<Engine>,
+    pod_ids: Vec<PodId>,
+}
+
+fn ts(us: u64) -> Timestamp {
+    Timestamp::from_millis(us / 1000)
+}
+
+impl Cluster {
+    /// Fresh engines (idle, empty caches) and a fresh router with the pods registered.
+    pub fn new(config: ClusterConfig) -> Result<Cluster, SimError> {
+        if config.pods.is_empty() || config.pods.len() > 4096 {
+            return Err(SimError::PodCount(config.pods.len()));
+        }
+        if config.client_cap == 0 {
+            return Err(SimError::ClientCap);
+        }
+        let mut router = Router::new(config.router.clone())?;
+        let mut pod_ids = Vec::new();
+        let mut engines = Vec::new();
+        for (i, name) in config.pods.iter().enumerate() {
+            let address = format!("127.0.{}.{}:8000", i / 250, i % 250 + 1);
+            let id = router.add_pod(
+                &config.model,
+                PodSpec {
+                    name,
+                    address: &address,
+                    ready: true,
+                },
+            )?;
+            router.set_pod_capacity(id, config.engine.max_num_seqs)?;
+            pod_ids.push(id);
+            engines.push(Engine::new(config.engine)?);
+        }
+        Ok(Cluster {
+            config,
+            router,
+            engines,
+            pod_ids,
+        })
+    }
+
+    /// The router (for inspection).
+    pub fn router(&self) -> &Router {
+        &self.router
+    }
+
+    /// Caches `prompt`'s blocks on engine `pod` (no time passes, no counter moves).
+    pub fn prime_engine(&mut self, pod: usize, prompt: &str) {
+        if let Some(e) = self.engines.get_mut(pod) {
+            e.prime(&tokenize(prompt));
+        }
+    }
+
+    /// Writes `prompt` into the router's index under `pod`, the way the study's bootstrap did:
+    /// by routing it while the other pods are not ready, and completing it at once. The
+    /// decision counts in the router's stats; [`Cluster::run`] reports deltas.
+    pub fn place_in_index(&mut self, pod: usize, prompt: &str) -> Result<(), SimError> {
+        let hashes = self.router.hash_config().hashes(prompt.as_bytes());
+        for (i, &id) in self.pod_ids.iter().enumerate() {
+            self.router.set_pod_ready(id, i == pod)?;
+        }
+        let spec = StrategySpec::single(kvroute_core::Strategy::LeastRequest);
+        let decision = self.router.route(
+            RouteRequest::new(&self.config.model, &hashes).with_strategy(&spec),
+            Timestamp::ZERO,
+        );
+        if let Ok(d) = decision {
+            let _ = self.router.complete(
+                d.ticket,
+                Completion::new(Outcome::Cancelled),
+                Timestamp::ZERO,
+            );
+        }
+        for &id in &self.pod_ids {
+            self.router.set_pod_ready(id, true)?;
+        }
+        Ok(())
+    }
+
+    fn reasons_and_imbalance(&self) -> (BTreeMap<String, u64>, u64) {
+        let stats = self.router.stats();
+        let Some(m) = stats
+            .models
+            .iter()
+            .find(|m| &*m.model == self.config.model.as_str())
+        else {
+            return (BTreeMap::new(), 0);
+        };
+        let reasons = Reason::ALL
+            .iter()
+            .map(|r| (r.as_str().to_owned(), m.routed(*r)))
+            .collect();
+        (reasons, m.imbalance_events)
+    }
+
+    fn snapshot(&mut self, now_us: u64, samples: &mut Vec<GaugeSample>) {
+        let counters: Vec<EngineCounters> = self.engines.iter().map(Engine::counters).collect();
+        for (c, &id) in counters.iter().zip(&self.pod_ids) {
+            let snap = EngineSnapshot {
+                running: c.running,
+                waiting: c.waiting,
+                kv_usage: Some(c.kv_usage),
+                prefix_queries: Some(c.prefix_cache_queries),
+                prefix_hits: Some(c.prefix_cache_hits),
+            };
+            let _ = self.router.observe_engine(id, snap, ts(now_us));
+        }
+        samples.push(GaugeSample {
+            t_s: now_us as f64 / 1e6,
+            running: counters.iter().map(|c| c.running).collect(),
+            waiting: counters.iter().map(|c| c.waiting).collect(),
+        });
+    }
+
+    /// Runs the arrivals to completion (requests that cannot be routed or are rejected by the
+    /// engine are recorded as failures). `default_strategy` applies to requests without a
+    /// `routing-strategy` header; `label` and `strategy_name` go into the records.
+    pub fn run(
+        &mut self,
+        arrivals: &[Arrival],
+        default_strategy: &StrategySpec,
+        label: &str,
+    ) -> Result<RunResult, SimError> {
+        // Parse per-request strategies up front so a bad trace fails before anything runs.
+        let mut specs: Vec<Option<StrategySpec>> = Vec::with_capacity(arrivals.len());
+        for (i, a) in arrivals.iter().enumerate() {
+            let spec = match a
+                .headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("routing-strategy"))
+            {
+                Some((_, v)) => {
+                    Some(StrategySpec::parse(v).map_err(|source| SimError::Strategy {
+                        index: i + 1,
+                        source,
+                    })?)
+                }
+                None => None,
+            };
+            specs.push(spec);
+        }
+        let (reasons0, imbalance0) = self.reasons_and_imbalance();
+        let counters0: Vec<EngineCounters> = self.engines.iter().map(Engine::counters).collect();
+        let n = arrivals.len();
+        let mut live: Vec<Live> = (0..n).map(|_| Live::default()).collect();
+        let mut records: Vec<RequestRecord> = arrivals
+            .iter()
+            .enumerate()
+            .map(|(i, a)| RequestRecord {
+                phase: label.to_owned(),
+                strategy: specs[i].as_ref().unwrap_or(default_strategy).to_string(),
+                index: i + 1,
+                family: a.family,
+                planned_s: a.at_us as f64 / 1e6,
+                ..Default::default()
+            })
+            .collect();
+        let mut busy_until: Vec<Option<u64>> = vec![None; self.engines.len()];
+        let mut deferred: VecDeque<usize> = VecDeque::new();
+        // Routed requests on their way to the engine: (due, id, pod), in due order.
+        let mut pending: VecDeque<(u64, usize, usize)> = VecDeque::new();
+        let mut in_flight = 0usize;
+        let mut next_arrival = 0usize;
+        let mut next_sample = 0u64;
+        let mut samples = Vec::new();
+        let mut events: Vec<TokenEvent> = Vec::new();
+        let mut done = 0usize;
+        let mut now = 0u64;
+
+        while done < n {
+            let step_end = busy_until
+                .iter()
+                .enumerate()
+                .filter_map(|(e, t)| t.map(|t| (t, e)))
+                .min();
+            let arrival_at = arrivals.get(next_arrival).map(|a| a.at_us);
+            let pending_at = pending.front().map(|p| p.0);
+            if step_end.is_none()
+                && arrival_at.is_none()
+                && deferred.is_empty()
+                && pending.is_empty()
+            {
+                // Nothing can happen any more (every remaining request failed to start).
+                break;
+            }
+            let t_next = [
+                step_end.map(|(t, _)| t),
+                pending_at,
+                arrival_at,
+                Some(next_sample),
+            ]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(now);
+            now = t_next.max(now);
+
+            if let Some((t, e)) = step_end.filter(|(t, _)| *t <= now) {
+                busy_until[e] = None;
+                events.clear();
+                self.engines[e].finish_step(&mut events);
+                for ev in &events {
+                    let id = ev.id as usize;
+                    let l = &mut live[id];
+                    l.first_us.get_or_insert(t);
+                    l.last_us = Some(t);
+                    l.generated = ev.generated;
+                    l.cached = ev.cached_tokens;
+                    l.prompt = ev.prompt_tokens;
+                    if ev.finished {
+                        done += 1;
+                        in_flight -= 1;
+                        self.finish(&mut records[id], l, t);
+                    }
+                }
+                busy_until[e] = self.engines[e].start_step().map(|d| t + d);
+                while in_flight < self.config.client_cap {
+                    let Some(id) = deferred.pop_front() else {
+                        break;
+                    };
+                    in_flight += 1;
+                    if let Some(pod) = self.send(
+                        id,
+                        &arrivals[id],
+                        specs[id].as_ref().unwrap_or(default_strategy),
+                        now,
+                        &mut live,
+                        &mut records,
+                    ) {
+                        pending.push_back((now + self.config.overhead_us, id, pod));
+                    } else {
+                        in_flight -= 1;
+                        done += 1;
+                    }
+                }
+                continue;
+            }
+            if let Some(&(_, id, pod)) = pending.front().filter(|p| p.0 <= now) {
+                pending.pop_front();
+                if !self.submit(
+                    id,
+                    pod,
+                    &arrivals[id],
+                    now,
+                    &mut live,
+                    &mut records,
+                    &mut busy_until,
+                ) {
+                    in_flight -= 1;
+                    done += 1;
+                }
+                continue;
+            }
+            if arrival_at.is_some_and(|at| at <= now) {
+                let id = next_arrival;
+                next_arrival += 1;
+                if in_flight < self.config.client_cap {
+                    in_flight += 1;
+                    if let Some(pod) = self.send(
+                        id,
+                        &arrivals[id],
+                        specs[id].as_ref().unwrap_or(default_strategy),
+                        now,
+                        &mut live,
+                        &mut records,
+                    ) {
+                        pending.push_back((now + self.config.overhead_us, id, pod));
+                    } else {
+                        in_flight -= 1;
+                        done += 1;
+                    }
+                } else {
+                    deferred.push_back(id);
+                }
+                continue;
+            }
+            if next_sample <= now {
+                self.snapshot(now, &mut samples);
+                next_sample = now + self.config.sample_every_us.max(1);
+            }
+        }
+        self.snapshot(now, &mut samples);
+
+        let engines: Vec<EngineCounters> = self
+            .engines
+            .iter()
+            .zip(&counters0)
+            .map(|(e, c0)| {
+                let c = e.counters();
+                EngineCounters {
+                    prefix_cache_queries: c.prefix_cache_queries - c0.prefix_cache_queries,
+                    prefix_cache_hits: c.prefix_cache_hits - c0.prefix_cache_hits,
+                    steps: c.steps - c0.steps,
+                    preemptions: c.preemptions - c0.preemptions,
+                    evictions: c.evictions - c0.evictions,
+                    prompt_tokens_computed: c.prompt_tokens_computed - c0.prompt_tokens_computed,
+                    generation_tokens: c.generation_tokens - c0.generation_tokens,
+                    finished: c.finished - c0.finished,
+                    ..c
+                }
+            })
+            .collect();
+        let (q, h) = engines.iter().fold((0, 0), |(q, h), c| {
+            (q + c.prefix_cache_queries, h + c.prefix_cache_hits)
+        });
+        let (reasons1, imbalance1) = self.reasons_and_imbalance();
+        let reasons = reasons1
+            .into_iter()
+            .map(|(k, v)| {
+                let before = reasons0.get(&k).copied().unwrap_or(0);
+                (k, v - before)
+            })
+            .filter(|(_, v)| *v > 0)
+            .collect();
+        let first_send = live.iter().map(|l| l.sent_us).min().unwrap_or(0);
+        let tokens: u64 = live.iter().map(|l| u64::from(l.generated)).sum();
+        let span = now.saturating_sub(first_send) as f64 / 1e6;
+        let peak_waiting = (0..self.engines.len())
+            .map(|e| samples.iter().map(|s| s.waiting[e]).max().unwrap_or(0))
+            .collect();
+        Ok(RunResult {
+            records,
+            token_hit: (q > 0).then(|| h as f64 / q as f64),
+            engines,
+            samples,
+            peak_waiting,
+            reasons,
+            imbalance_events: imbalance1 - imbalance0,
+            output_throughput: if span > 0.0 {
+                tokens as f64 / span
+            } else {
+                0.0
+            },
+            duration_s: now as f64 / 1e6,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn send(
+        &mut self,
+        id: usize,
+        a: &Arrival,
+        spec: &StrategySpec,
+        now: u64,
+        live: &mut [Live],
+        records: &mut [RequestRecord],
+    ) -> Option<usize> {
+        let hashes = self.router.hash_config().hashes(a.prompt.as_bytes());
+        let rec = &mut records[id];
+        rec.sent_s = Some(now as f64 / 1e6);
+        live[id].sent_us = now;
+        let d = match self.router.route(
+            RouteRequest::new(&self.config.model, &hashes).with_strategy(spec),
+            ts(now),
+        ) {
+            Ok(d) => d,
+            Err(e) => {
+                rec.error = Some(e.to_string());
+                return None;
+            }
+        };
+        let pod = self.pod_ids.iter().position(|&p| p == d.pod).unwrap_or(0);
+        rec.pod = Some(d.pod_name.to_string());
+        rec.reason = Some(d.reason.as_str().to_owned());
+        rec.match_percent = Some(d.match_percent);
+        rec.imbalance = Some(d.imbalance);
+        rec.decision = Some(d.to_string());
+        live[id].pod = pod;
+        live[id].ticket = Some(d.ticket);
+        Some(pod)
+    }
+
+    /// Hands a routed request to its engine; false (a failed request) if the engine rejects it.
+    #[allow(clippy::too_many_arguments)]
+    fn submit(
+        &mut self,
+        id: usize,
+        pod: usize,
+        a: &Arrival,
+        now: u64,
+        live: &mut [Live],
+        records: &mut [RequestRecord],
+        busy_until: &mut [Option<u64>],
+    ) -> bool {
+        let tokens = tokenize(&a.prompt);
+        if let Err(e) = self.engines[pod].submit(id as u64, &tokens, a.output_tokens) {
+            let rec = &mut records[id];
+            rec.error = Some(e.to_string());
+            rec.status = Some(400);
+            if let Some(ticket) = live[id].ticket.take() {
+                let _ = self
+                    .router
+                    .complete(ticket, Completion::new(Outcome::Failed), ts(now));
+            }
+            return false;
+        }
+        if busy_until[pod].is_none() {
+            busy_until[pod] = self.engines[pod].start_step().map(|dur| now + dur);
+        }
+        true
+    }
+
+    fn finish(&mut self, rec: &mut RequestRecord, l: &Live, t: u64) {
+        let first = l.first_us.unwrap_or(t);
+        let last = l.last_us.unwrap_or(t);
+        rec.status = Some(200);
+        rec.success = true;
+        rec.ttft_s = Some((first - l.sent_us) as f64 / 1e6);
+        rec.tpot_ms =
+            Some((last - first) as f64 / 1e3 / f64::from(l.generated.saturating_sub(1).max(1)));
+        rec.e2e_s = Some((t - l.sent_us) as f64 / 1e6);
+        rec.prompt_tokens = Some(l.prompt);
+        rec.cached_tokens = Some(l.cached);
+        rec.output_tokens = Some(l.generated);
+        rec.judge(&self.config.slo);
+        if let Some(ticket) = l.ticket {
+            let timings = Timings {
+                first_token_ms: Some((first - l.sent_us) / 1000),
+                total_ms: Some((t - l.sent_us) / 1000),
+                output_tokens: Some(l.generated),
+                cached_tokens: Some(l.cached),
+                prompt_tokens: Some(l.prompt),
+            };
+            let _ = self.router.complete(
+                ticket,
+                Completion {
+                    outcome: Outcome::Success,
+                    timings,
+                },
+                ts(t),
+            );
+        }
+    }
+}

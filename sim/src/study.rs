@@ -1,0 +1,301 @@
+//! The seed study, simulated: four scenarios × three strategies × two rounds, each phase on
+//! fresh engines and a fresh router, with the scenario's initial engine and index state.
+//!
+//! Phase order within a round follows the study (round 1 random → least-request →
+//! prefix-cache, round 2 the reverse); phases are independent (fresh salts, idle engines,
+//! reset caches), so the order only changes the salts.
+
+use kvroute_core::{RouterConfig, Strategy, StrategySpec};
+use serde::Serialize;
+
+use crate::cluster::{Cluster, ClusterConfig, RunResult, SimError};
+use crate::engine::EngineConfig;
+use crate::report::PhaseSummary;
+use crate::workload::{
+    mix, ArrivalProcess, Scenario, StudyPhase, ROUND_SEEDS, STUDY_FAMILIES, STUDY_OUTPUT_TOKENS,
+    STUDY_RATE, STUDY_REQUESTS,
+};
+
+/// The study's strategies, in the table's order.
+pub const STUDY_STRATEGIES: [Strategy; 3] = [
+    Strategy::Random,
+    Strategy::LeastRequest,
+    Strategy::PrefixCache,
+];
+
+/// What to simulate.
+#[derive(Clone, Debug)]
+pub struct StudyConfig {
+    /// The replicas' engine.
+    pub engine: EngineConfig,
+    /// Planned arrivals per phase.
+    pub requests: usize,
+    /// Arrivals per second.
+    pub rate: f64,
+    /// Output tokens per request.
+    pub output_tokens: u32,
+    /// Arrival spacing.
+    pub arrivals: ArrivalProcess,
+    /// Strategies (spec strings accepted by the core), in table order.
+    pub strategies: Vec<StrategySpec>,
+    /// Rounds to run (1, 2 or both).
+    pub rounds: Vec<u8>,
+    /// Scenarios to run (`None` = the study's four per round).
+    pub scenarios: Option<Vec<Scenario>>,
+}
+
+impl Default for StudyConfig {
+    fn default() -> Self {
+        StudyConfig {
+            engine: EngineConfig::default(),
+            requests: STUDY_REQUESTS,
+            rate: STUDY_RATE,
+            output_tokens: STUDY_OUTPUT_TOKENS,
+            arrivals: ArrivalProcess::Uniform,
+            strategies: STUDY_STRATEGIES
+                .into_iter()
+                .map(StrategySpec::single)
+                .collect(),
+            rounds: vec![1, 2],
+            scenarios: None,
+        }
+    }
+}
+
+/// One simulated phase.
+#[derive(Clone, Debug, Serialize)]
+pub struct PhaseResult {
+    /// The scenario.
+    #[serde(serialize_with = "ser_display")]
+    pub scenario: Scenario,
+    /// The round (1 or 2).
+    pub round: u8,
+    /// The strategy.
+    pub strategy: String,
+    /// The table row.
+    pub summary: PhaseSummary,
+    /// Everything else the run measured.
+    pub run: RunResult,
+}
+
+fn ser_display<S: serde::Serializer>(s: &Scenario, ser: S) -> Result<S::Ok, S::Error> {
+    ser.collect_str(s)
+}
+
+impl PhaseResult {
+    /// Requests of `family` per pod, in pod order.
+    pub fn family_split(&self, family: usize, pods: &[String]) -> Vec<usize> {
+        pods.iter()
+            .map(|p| {
+                self.run
+                    .records
+                    .iter()
+                    .filter(|r| r.family == Some(family) && r.pod.as_deref() == Some(p))
+                    .count()
+            })
+            .collect()
+    }
+
+    /// When the first request of `family` was sent to `pod`, s.
+    pub fn first_sent_to(&self, family: usize, pod: &str) -> Option<f64> {
+        self.run
+            .records
+            .iter()
+            .find(|r| r.family == Some(family) && r.pod.as_deref() == Some(pod))
+            .and_then(|r| r.sent_s)
+    }
+}
+
+/// The label of a phase in the table: `scenario / round`.
+pub fn label(scenario: Scenario, round: u8) -> String {
+    format!("{} / {round}", scenario.name())
+}
+
+/// Simulates one phase.
+pub fn run_phase(
+    cfg: &StudyConfig,
+    scenario: Scenario,
+    round: u8,
+    strategy: &StrategySpec,
+    phase_no: u64,
+) -> Result<PhaseResult, SimError> {
+    let seed = ROUND_SEEDS[usize::from(round.clamp(1, 2)) - 1];
+    let phase_seed = mix(seed ^ mix(phase_no + 1));
+    let phase = StudyPhase::new(
+        scenario,
+        seed,
+        phase_seed,
+        cfg.requests,
+        cfg.rate,
+        cfg.arrivals,
+        cfg.output_tokens,
+    );
+    let cluster_cfg = ClusterConfig {
+        engine: cfg.engine,
+        router: RouterConfig {
+            seed: phase_seed,
+            ..RouterConfig::default()
+        },
+        ..ClusterConfig::default()
+    };
+    let pods = cluster_cfg.pods.clone();
+    let mut cluster = Cluster::new(cluster_cfg)?;
+    for family in 0..STUDY_FAMILIES {
+        let prompt = phase.priming_prompt(family);
+        if scenario.warm_engines() {
+            for pod in 0..pods.len() {
+                cluster.prime_engine(pod, &prompt);
+            }
+        } else if let Some(home) = scenario.engine_home(family) {
+            cluster.prime_engine(home, &prompt);
+        }
+        if let Some(home) = scenario.index_home(family) {
+            cluster.place_in_index(home, &prompt)?;
+        }
+    }
+    let label = label(scenario, round);
+    let run = cluster.run(&phase.arrivals, strategy, &label)?;
+    let name = strategy.to_string();
+    let mut summary = PhaseSummary::from_records(
+        &label,
+        &name,
+        cfg.requests,
+        &run.records,
+        &pods,
+        run.token_hit,
+    );
+    summary.output_throughput = Some(run.output_throughput);
+    Ok(PhaseResult {
+        scenario,
+        round,
+        strategy: name,
+        summary,
+        run,
+    })
+}
+
+/// Simulates every phase, rows in table order (round, scenario, strategy).
+pub fn run_study(cfg: &StudyConfig) -> Result<Vec<PhaseResult>, SimError> {
+    let mut out = Vec::new();
+    for &round in &cfg.rounds {
+        let scenarios = cfg
+            .scenarios
+            .clone()
+            .unwrap_or_else(|| Scenario::study(round).to_vec());
+        for (si, &scenario) in scenarios.iter().enumerate() {
+            // The study ran round 1 in table order and round 2 reversed; phases are
+            // independent here, so only the salt seeds follow that order.
+            let n = cfg.strategies.len();
+            for (k, strategy) in cfg.strategies.iter().enumerate() {
+                let position = if round == 2 { n - 1 - k } else { k };
+                let phase_no = (u64::from(round) << 32) | ((si as u64) << 16) | position as u64;
+                out.push(run_phase(cfg, scenario, round, strategy, phase_no)?);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The lines the table has no column for: selection reasons, guard events, peak waiting,
+/// throughput and, under a hotspot, where the hot family went.
+pub fn phase_notes(p: &PhaseResult, pods: &[String]) -> String {
+    let reasons: Vec<String> = p
+        .run
+        .reasons
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    let peaks: Vec<String> = pods
+        .iter()
+        .zip(&p.run.peak_waiting)
+        .map(|(n, w)| format!("{n}={w}"))
+        .collect();
+    let mut s = format!(
+        "{} {}: reasons {} · imbalance events {} · peak waiting {} · output {:.1} tok/s",
+        p.summary.label,
+        p.strategy,
+        reasons.join(" "),
+        p.run.imbalance_events,
+        peaks.join(" "),
+        p.run.output_throughput
+    );
+    if matches!(p.scenario, Scenario::Hot50 | Scenario::Hot90) {
+        let split = p.family_split(0, pods);
+        let split: Vec<String> = split.iter().map(usize::to_string).collect();
+        s.push_str(&format!(" · hot family {}", split.join(" / ")));
+        if let Some(t) = pods.first().and_then(|a| p.first_sent_to(0, a)) {
+            s.push_str(&format!(" (first on {} at {t:.1} s)", pods[0]));
+        }
+    }
+    s
+}
+
+/// Writes `records.jsonl`, `summary.json` and one `ttft-SCENARIO.svg` per scenario to `dir`.
+pub fn write_outputs(
+    dir: &std::path::Path,
+    phases: &[PhaseResult],
+    pods: &[String],
+) -> Result<(), OutputError> {
+    let io = |path: &std::path::Path| {
+        let path = path.display().to_string();
+        move |source| OutputError::Io { path, source }
+    };
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let records: Vec<_> = phases
+        .iter()
+        .flat_map(|p| p.run.records.iter().cloned())
+        .collect();
+    let rpath = dir.join("records.jsonl");
+    crate::report::write_jsonl(&rpath, &records).map_err(io(&rpath))?;
+    let summary: Vec<serde_json::Value> = phases
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "scenario": p.scenario.to_string(), "round": p.round, "strategy": p.strategy,
+                "summary": p.summary, "reasons": p.run.reasons, "imbalance_events": p.run.imbalance_events,
+                "peak_waiting": p.run.peak_waiting, "engines": p.run.engines, "samples": p.run.samples,
+                "notes": phase_notes(p, pods),
+            })
+        })
+        .collect();
+    let spath = dir.join("summary.json");
+    let text = serde_json::to_string_pretty(&summary).unwrap_or_default();
+    std::fs::write(&spath, text).map_err(io(&spath))?;
+    let mut names: Vec<&'static str> = phases.iter().map(|p| p.scenario.name()).collect();
+    names.dedup();
+    names.sort();
+    names.dedup();
+    for name in names {
+        let path = dir.join(format!("ttft-{name}.svg"));
+        let mine: Vec<&PhaseResult> = phases
+            .iter()
+            .filter(|p| p.scenario.name() == name)
+            .collect();
+        crate::plot::ttft_over_time(&path, name, &mine).map_err(|e| OutputError::Plot {
+            path: path.display().to_string(),
+            message: e,
+        })?;
+    }
+    Ok(())
+}
+
+/// Writing study outputs failed.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// A file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A plot could not be drawn.
+    #[error("cannot plot {path}: {message}")]
+    Plot {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+}
