@@ -64,10 +64,12 @@ fn string_value(raw: &RawValue) -> Option<Cow<'_, str>> {
     if !text.starts_with('"') {
         return None;
     }
-    match serde_json::from_str::<&str>(text) {
-        Ok(s) => Some(Cow::Borrowed(s)),
-        Err(_) => serde_json::from_str::<String>(text).ok().map(Cow::Owned),
+    if !text.contains('\\') {
+        // A valid JSON string without escapes is its own text between the quotes (RawValue
+        // holds valid JSON). Asking serde_json for a `&str` instead costs a failed parse.
+        return Some(Cow::Borrowed(&text[1..text.len() - 1]));
     }
+    serde_json::from_str::<String>(text).ok().map(Cow::Owned)
 }
 
 /// A content's contribution to the prompt: unescaped if it is a string, raw JSON otherwise.
