@@ -1,10 +1,11 @@
-//! The `envoy.service.ext_proc.v3.ExternalProcessor` gRPC service: one spawned task per
-//! `Process` stream (= one HTTP request), driving a [`StreamState`].
+//! The `envoy.service.ext_proc.v3.ExternalProcessor` gRPC service: each `Process` stream
+//! (= one HTTP request) is a reply stream that reads Envoy's messages and feeds a
+//! [`StreamState`].
 //!
-//! The task ends when Envoy ends the stream (clean END_STREAM or the RST it sends at the end
-//! of every request, which tonic reports as an `Internal` error: both are normal ends), or
-//! when Envoy stops reading replies. Ending the task drops the state and so releases the
-//! request's ticket.
+//! The reply stream ends when Envoy ends the side stream (clean END_STREAM, or the RST it
+//! sends at the end of every request, which tonic reports as an `Internal` error: both are
+//! normal ends); it is dropped then, or earlier if the connection goes away. Dropping it drops
+//! the state and so releases the request's ticket.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -12,8 +13,6 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessor;
 use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, ProcessingResponse};
 use futures_util::Stream;
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::shared::Shared;
@@ -42,47 +41,72 @@ impl ExternalProcessor for ExtProc {
         &self,
         request: Request<Streaming<ProcessingRequest>>,
     ) -> Result<Response<Self::ProcessStream>, Status> {
-        let mut inbound = request.into_inner();
-        let (tx, rx) = mpsc::channel(4);
         let shared = self.shared.clone();
         shared.metrics.stream_opened();
-        tokio::spawn(async move {
-            let mut state = StreamState::new(shared.clone());
-            let how = loop {
-                match inbound.message().await {
-                    Ok(Some(msg)) => {
-                        if let Some(reply) = state.on_message(msg) {
-                            if tx.send(Ok(reply)).await.is_err() {
-                                break "send_failed";
-                            }
-                        }
-                    }
-                    Ok(None) => break "eos",
-                    Err(status) => {
-                        // Envoy ends every side stream with RST_STREAM; tonic reports it as
-                        // Internal/Cancelled/Unknown. Anything else is a real stream error.
-                        if matches!(
-                            status.code(),
-                            tonic::Code::Internal | tonic::Code::Cancelled | tonic::Code::Unknown
-                        ) {
-                            break "reset";
-                        }
-                        // E.g. a body over the gRPC decode limit. Fail the stream with a
-                        // non-OK status: ending it with OK would let the request continue
-                        // un-routed.
-                        tracing::warn!(code = ?status.code(), message = status.message(), "ext_proc stream error");
-                        let _ = tx
-                            .send(Err(Status::internal("kvroute: ext_proc stream failed")))
-                            .await;
-                        break "error";
+        let driver = Driver {
+            inbound: request.into_inner(),
+            state: StreamState::new(shared),
+            ended: None,
+        };
+        let replies = futures_util::stream::unfold(driver, |mut d| async move {
+            d.next_reply().await.map(|r| (r, d))
+        });
+        Ok(Response::new(Box::pin(replies)))
+    }
+}
+
+/// Drives one stream inside the response body that tonic polls (no extra task or channel
+/// per request). Dropping it (stream end, Envoy's reset, connection loss) drops the
+/// [`StreamState`] and so releases the ticket.
+struct Driver {
+    inbound: Streaming<ProcessingRequest>,
+    state: StreamState,
+    ended: Option<&'static str>,
+}
+
+impl Driver {
+    async fn next_reply(&mut self) -> Option<Result<ProcessingResponse, Status>> {
+        if self.ended.is_some() {
+            return None;
+        }
+        loop {
+            match self.inbound.message().await {
+                Ok(Some(msg)) => {
+                    if let Some(reply) = self.state.on_message(msg) {
+                        return Some(Ok(reply));
                     }
                 }
-            };
-            let routed = state.is_routed();
-            drop(state); // releases the ticket, if any
-            shared.metrics.stream_ended(how);
-            tracing::trace!(how, routed, "ext_proc stream ended");
-        });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+                Ok(None) => {
+                    self.ended = Some("eos");
+                    return None;
+                }
+                Err(status) => {
+                    // Envoy ends every side stream with RST_STREAM; tonic reports it as
+                    // Internal/Cancelled/Unknown. Anything else is a real stream error.
+                    if matches!(
+                        status.code(),
+                        tonic::Code::Internal | tonic::Code::Cancelled | tonic::Code::Unknown
+                    ) {
+                        self.ended = Some("reset");
+                        return None;
+                    }
+                    // E.g. a body over the gRPC decode limit. Fail the stream with a non-OK
+                    // status: ending it with OK would let the request continue un-routed.
+                    tracing::warn!(code = ?status.code(), message = status.message(), "ext_proc stream error");
+                    self.ended = Some("error");
+                    return Some(Err(Status::internal("kvroute: ext_proc stream failed")));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // The state (and its ticket guard) is dropped right after this.
+        self.state
+            .shared()
+            .metrics
+            .stream_ended(self.ended.unwrap_or("dropped"));
     }
 }

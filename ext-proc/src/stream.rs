@@ -104,6 +104,11 @@ impl StreamState {
         }
     }
 
+    /// The shared state.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Whether a ticket is held.
     pub fn is_routed(&self) -> bool {
         self.routed.is_some()

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""Bounded load benchmark: what kvroute-ext-proc costs in front of two kvroute-sim replicas.
+
+One Envoy process (--concurrency 1), the same two replicas, three listeners:
+  rr        Envoy alone, ROUND_ROBIN over the two replicas (no ext_proc)
+  kv        Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SEND (default)
+  kv-nohdr  Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SKIP
+The ext_proc listeners use the filter settings of envoy/envoy.template.yaml (BUFFERED request
+body, response trailers SEND, metadata routing). Requests are study-shaped: ~28 KB prompts
+from 8 salted families, a new question number per request, non-streaming, max_tokens 1, the
+replicas at a large speed-up so that the engine time is small and constant.
+
+Each phase sends a fixed number of requests with a closed-loop asyncio client over
+keep-alive connections (concurrency 1 for latency, 8 for "moderate load"); phases are
+interleaved over rounds. CPU is read from /proc/<pid>/task/*/schedstat around each phase.
+Prints a table per (listener, concurrency) and the added p50/p99 of kv vs rr (medians over
+rounds). Everything runs on 127.0.0.1 with ports chosen at run time and stops on exit.
+Numbers are relative: client, Envoy, kvroute and replicas share the machine's cores.
+"""
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("KVROUTE_BIN_DIR") or os.path.join(
+    os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release")
+ENVOY = os.environ.get("ENVOY_BIN") or os.path.join(ROOT, ".venv", "bin", "envoy")
+
+PROCS = []
+
+
+def start(cmd, log, marker=None, timeout=30.0):
+    """Starts cmd (stderr to log); with marker, waits for a stdout line containing it."""
+    err = open(log, "w")
+    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if marker else subprocess.DEVNULL,
+                         stderr=err, text=True)
+    PROCS.append(p)
+    if not marker:
+        return p, None
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        line = p.stdout.readline()
+        if marker in line:
+            return p, line.strip()
+        if p.poll() is not None:
+            break
+    sys.exit(f"{cmd[0]} did not start; see {log}")
+
+
+def stop_all():
+    for p in PROCS:
+        if p.poll() is None:
+            p.terminate()
+    for p in PROCS:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def cpu_ns(pid):
+    total = 0
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total
+
+
+def ext_proc_filter(ext_cluster, response_headers):
+    return {
+        "name": "envoy.filters.http.ext_proc",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+            "grpc_service": {"envoy_grpc": {"cluster_name": ext_cluster}, "timeout": "5s"},
+            "failure_mode_allow": True,
+            "message_timeout": "0.5s",
+            "processing_mode": {
+                "request_header_mode": "SEND",
+                "response_header_mode": "SEND" if response_headers else "SKIP",
+                "request_body_mode": "BUFFERED",
+                "response_body_mode": "NONE",
+                "request_trailer_mode": "SKIP",
+                "response_trailer_mode": "SEND",
+            },
+            "metadata_options": {"receiving_namespaces": {"untyped": ["envoy.lb"]}},
+            "route_cache_action": "CLEAR",
+        },
+    }
+
+
+def listener(name, filters, routes):
+    return {
+        "name": name,
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+        "per_connection_buffer_limit_bytes": 8388608,
+        "filter_chains": [{"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "stat_prefix": name,
+                "route_config": {"name": name, "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": routes}]},
+                "http_filters": filters + [{
+                    "name": "envoy.filters.http.router",
+                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+                }],
+            },
+        }]}],
+    }
+
+
+def envoy_config(ext_addr, pods):
+    breakers = {"thresholds": [{"max_requests": 100000, "max_pending_requests": 100000, "max_connections": 100000}]}
+    eh, ep = ext_addr.rsplit(":", 1)
+    rr_route = [{"match": {"prefix": "/"}, "route": {"cluster": "rr", "timeout": "0s"}}]
+    kv_routes = [
+        {"match": {"prefix": "/", "dynamic_metadata": [{"filter": "envoy.lb",
+                                                          "path": [{"key": "x-gateway-destination-endpoint"}],
+                                                          "value": {"present_match": True}}]},
+         "route": {"cluster": "pods", "timeout": "0s"}},
+        {"match": {"prefix": "/"}, "route": {"cluster": "rr", "timeout": "0s"}},
+    ]
+    endpoints = [{"endpoint": {"address": {"socket_address": {"address": a.rsplit(":", 1)[0],
+                                                              "port_value": int(a.rsplit(":", 1)[1])}}}}
+                 for a in pods]
+    return {
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
+        "static_resources": {
+            "listeners": [
+                listener("rr", [], rr_route),
+                listener("kv", [ext_proc_filter("ext_proc", True)], kv_routes),
+                listener("kv-nohdr", [ext_proc_filter("ext_proc", False)], kv_routes),
+            ],
+            "clusters": [
+                {"name": "ext_proc", "type": "STATIC", "connect_timeout": "0.25s",
+                 "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                     "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                     "explicit_http_config": {"http2_protocol_options": {}}}},
+                 "circuit_breakers": breakers,
+                 "load_assignment": {"cluster_name": "ext_proc", "endpoints": [{"lb_endpoints": [
+                     {"endpoint": {"address": {"socket_address": {"address": eh, "port_value": int(ep)}}}}]}]}},
+                {"name": "pods", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED", "connect_timeout": "6s",
+                 "original_dst_lb_config": {"metadata_key": {"key": "envoy.lb",
+                                                             "path": [{"key": "x-gateway-destination-endpoint"}]}},
+                 "circuit_breakers": breakers},
+                {"name": "rr", "type": "STATIC", "lb_policy": "ROUND_ROBIN", "connect_timeout": "6s",
+                 "circuit_breakers": breakers,
+                 "load_assignment": {"cluster_name": "rr", "endpoints": [{"lb_endpoints": endpoints}]}},
+            ],
+        },
+    }
+
+
+def study_bodies(n, seed=7):
+    rng = random.Random(seed)
+    salts = ["".join(rng.choice("0123456789abcdef") for _ in range(256)) for _ in range(8)]
+    filler = "The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n" * 300
+    bodies = []
+    for i in range(n):
+        f = rng.randrange(8)
+        prompt = f"{salts[f]}\nDocument {f}\n{filler}Question {i:06d}: Explain the operational tradeoffs in detail."
+        body = json.dumps({"model": "study", "prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
+        bodies.append(b"POST /v1/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
+                      b"content-length: %d\r\n\r\n" % len(body) + body)
+    return bodies
+
+
+async def one_conn(host, port, reqs, lat, errors):
+    reader, writer = await asyncio.open_connection(host, port)
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(__import__("socket").IPPROTO_TCP, __import__("socket").TCP_NODELAY, 1)
+    for req in reqs:
+        t = time.perf_counter()
+        writer.write(req)
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line[:15].lower() == b"content-length:":
+                length = int(line[15:])
+        await reader.readexactly(length)
+        lat.append(time.perf_counter() - t)
+        if status != 200:
+            errors.append(status)
+    writer.close()
+
+
+async def run_phase(addr, bodies, count, conc, offset):
+    host, port = addr.rsplit(":", 1)
+    lat, errors = [], []
+    per = count // conc
+    chunks = [[bodies[(offset + c * per + i) % len(bodies)] for i in range(per)] for c in range(conc)]
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one_conn(host, int(port), ch, lat, errors) for ch in chunks))
+    return lat, errors, time.perf_counter() - t0
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, default=800, help="requests per phase at concurrency 1")
+    ap.add_argument("--load-requests", type=int, default=2400, help="requests per phase at concurrency 8")
+    ap.add_argument("--speedup", type=float, default=10000.0)
+    ap.add_argument("--ext-workers", type=int, default=1, help="kvroute-ext-proc tokio worker threads")
+    args = ap.parse_args()
+    for b in (os.path.join(BIN, "kvroute-ext-proc"), os.path.join(BIN, "kvroute-sim"), ENVOY):
+        if not os.access(b, os.X_OK):
+            sys.exit(f"missing {b} (run: make bench-envoy)")
+    work = tempfile.mkdtemp(prefix="kvroute-bench.")
+    try:
+        sims = []
+        for name in ("replica-a", "replica-b"):
+            p, line = start([os.path.join(BIN, "kvroute-sim"), "serve", "--host", "127.0.0.1", "--port", "0",
+                             "--name", name, "--speedup", str(args.speedup)], f"{work}/{name}.log", "listening on")
+            sims.append((name, line.replace("listening on ", ""), p))
+        cfg = f"{work}/kvroute.toml"
+        with open(cfg, "w") as f:
+            pods = ", ".join(f'{{ name = "{n}", address = "{a}" }}' for n, a, _ in sims)
+            f.write(f'[listen]\ngrpc = "127.0.0.1:0"\nadmin = "127.0.0.1:0"\n'
+                    f'[routing]\ndefault_strategy = "prefix-cache"\n[models.study]\npods = [{pods}]\n')
+        ext, line = start([os.path.join(BIN, "kvroute-ext-proc"), "--config", cfg, "--log", "warn",
+                           "--workers", str(args.ext_workers)],
+                          f"{work}/ext-proc.log", "listening grpc=")
+        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        ecfg = f"{work}/envoy.json"
+        with open(ecfg, "w") as f:
+            json.dump(envoy_config(fields["grpc"], [a for _, a, _ in sims]), f)
+        envoy, _ = start([ENVOY, "-c", ecfg, "--admin-address-path", f"{work}/admin", "--concurrency", "1",
+                          "--base-id", str(9000 + os.getpid() % 1000), "-l", "warning"], f"{work}/envoy.log")
+        for _ in range(300):
+            if os.path.exists(f"{work}/admin") and open(f"{work}/admin").read().strip():
+                break
+            time.sleep(0.1)
+        admin = open(f"{work}/admin").read().strip()
+        for _ in range(300):
+            try:
+                if urllib.request.urlopen(f"http://{admin}/ready").status == 200:
+                    break
+            except OSError:
+                time.sleep(0.1)
+        st = json.load(urllib.request.urlopen(f"http://{admin}/listeners?format=json"))["listener_statuses"]
+        ports = {s["name"]: f"127.0.0.1:{s['local_address']['socket_address']['port_value']}" for s in st}
+
+        bodies = study_bodies(4096)
+        print(f"body size {len(bodies[0])} bytes; replicas at speed-up {args.speedup:g}; "
+              f"{args.rounds} rounds x (c=1: {args.requests}, c=8: {args.load_requests}) requests per listener")
+        names = ["rr", "kv", "kv-nohdr"]
+        for n in names:  # warm-up: connections, index, allocator
+            asyncio.run(run_phase(ports[n], bodies, 200, 4, 0))
+        results = {}
+        offset = 0
+        for r in range(args.rounds):
+            order = names[r % 3:] + names[:r % 3]
+            for n in order:
+                for conc, count in ((1, args.requests), (8, args.load_requests)):
+                    e0, x0 = cpu_ns(envoy.pid), cpu_ns(ext.pid)
+                    lat, errors, wall = asyncio.run(run_phase(ports[n], bodies, count, conc, offset))
+                    e1, x1 = cpu_ns(envoy.pid), cpu_ns(ext.pid)
+                    offset += count
+                    done = len(lat)
+                    results.setdefault((n, conc), []).append({
+                        "p50": pct(lat, 0.5) * 1e3, "p99": pct(lat, 0.99) * 1e3, "rps": done / wall,
+                        "envoy_us": (e1 - e0) / 1e3 / done, "ext_us": (x1 - x0) / 1e3 / done, "errors": len(errors)})
+        med = lambda rows, k: statistics.median(x[k] for x in rows)
+        print()
+        print("| listener | conc | p50 ms | p99 ms | req/s | Envoy CPU µs/req | kvroute CPU µs/req | errors |")
+        print("|---|---|---|---|---|---|---|---|")
+        for n in names:
+            for conc in (1, 8):
+                rows = results[(n, conc)]
+                print(f"| {n} | {conc} | {med(rows, 'p50'):.3f} | {med(rows, 'p99'):.3f} | {med(rows, 'rps'):.0f} | "
+                      f"{med(rows, 'envoy_us'):.0f} | {med(rows, 'ext_us'):.0f} | {sum(x['errors'] for x in rows)} |")
+        print()
+        print("Added by kvroute-ext-proc vs Envoy round-robin alone (medians over rounds):")
+        for n in ("kv", "kv-nohdr"):
+            for conc in (1, 8):
+                a, b = results[(n, conc)], results[("rr", conc)]
+                print(f"  {n:8s} c={conc}: p50 +{med(a, 'p50') - med(b, 'p50'):.3f} ms, "
+                      f"p99 +{med(a, 'p99') - med(b, 'p99'):.3f} ms, req/s {med(a, 'rps'):.0f} vs {med(b, 'rps'):.0f}, "
+                      f"Envoy CPU +{med(a, 'envoy_us') - med(b, 'envoy_us'):.0f} µs/req, "
+                      f"kvroute CPU {med(a, 'ext_us'):.0f} µs/req")
+        metrics = urllib.request.urlopen(f"http://{fields['admin']}/metrics").read().decode()
+        inflight = sum(float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines() if l.startswith("kvroute_pod_in_flight{"))
+        print(f"\nkvroute in-flight after the run: {inflight:g} (must be 0)")
+    finally:
+        stop_all()
+        subprocess.run(["rm", "-rf", work])
+
+
+if __name__ == "__main__":
+    main()
