@@ -1,9 +1,10 @@
 //! The seed study, simulated: four scenarios × three strategies × two rounds, each phase on
 //! fresh engines and a fresh router, with the scenario's initial engine and index state.
 //!
-//! Phase order within a round follows the study (round 1 random → least-request →
-//! prefix-cache, round 2 the reverse); phases are independent (fresh salts, idle engines,
-//! reset caches), so the order only changes the salts.
+//! The study ran round 1 as random → least-request → prefix-cache and round 2 in reverse;
+//! here phases are independent (fresh salts, idle engines, reset caches, a fresh router), so
+//! their order does not matter: each phase's salts and router seed come from
+//! [`phase_seed`].
 
 use kvroute_core::{RouterConfig, Strategy, StrategySpec};
 use serde::Serialize;
@@ -111,16 +112,23 @@ pub fn label(scenario: Scenario, round: u8) -> String {
     format!("{} / {round}", scenario.name())
 }
 
+/// The seed of a phase's salts and router PRNG: a function of the round and the scenario and
+/// strategy names only, so a phase simulates the same wherever it is run from.
+pub fn phase_seed(scenario: Scenario, round: u8, strategy: &StrategySpec) -> u64 {
+    let name = format!("{scenario}/{strategy}");
+    mix(ROUND_SEEDS[usize::from(round.clamp(1, 2)) - 1]
+        ^ xxhash_rust::xxh64::xxh64(name.as_bytes(), 0))
+}
+
 /// Simulates one phase.
 pub fn run_phase(
     cfg: &StudyConfig,
     scenario: Scenario,
     round: u8,
     strategy: &StrategySpec,
-    phase_no: u64,
 ) -> Result<PhaseResult, SimError> {
     let seed = ROUND_SEEDS[usize::from(round.clamp(1, 2)) - 1];
-    let phase_seed = mix(seed ^ mix(phase_no + 1));
+    let phase_seed = phase_seed(scenario, round, strategy);
     let phase = StudyPhase::new(
         scenario,
         seed,
@@ -182,14 +190,9 @@ pub fn run_study(cfg: &StudyConfig) -> Result<Vec<PhaseResult>, SimError> {
             .scenarios
             .clone()
             .unwrap_or_else(|| Scenario::study(round).to_vec());
-        for (si, &scenario) in scenarios.iter().enumerate() {
-            // The study ran round 1 in table order and round 2 reversed; phases are
-            // independent here, so only the salt seeds follow that order.
-            let n = cfg.strategies.len();
-            for (k, strategy) in cfg.strategies.iter().enumerate() {
-                let position = if round == 2 { n - 1 - k } else { k };
-                let phase_no = (u64::from(round) << 32) | ((si as u64) << 16) | position as u64;
-                out.push(run_phase(cfg, scenario, round, strategy, phase_no)?);
+        for &scenario in &scenarios {
+            for strategy in &cfg.strategies {
+                out.push(run_phase(cfg, scenario, round, strategy)?);
             }
         }
     }
