@@ -19,6 +19,46 @@
 #define KVROUTE_VERSION_NUMBER ((KVROUTE_VERSION_MAJOR << 16) | (KVROUTE_VERSION_MINOR << 8) | KVROUTE_VERSION_PATCH)
 
 /**
+ * `kvroute_timings.known`: `first_token_ms` is set.
+ */
+#define KVROUTE_TIMING_FIRST_TOKEN_MS (1 << 0)
+
+/**
+ * `kvroute_timings.known`: `total_ms` is set.
+ */
+#define KVROUTE_TIMING_TOTAL_MS (1 << 1)
+
+/**
+ * `kvroute_timings.known`: `output_tokens` is set.
+ */
+#define KVROUTE_TIMING_OUTPUT_TOKENS (1 << 2)
+
+/**
+ * `kvroute_timings.known`: `cached_tokens` is set.
+ */
+#define KVROUTE_TIMING_CACHED_TOKENS (1 << 3)
+
+/**
+ * `kvroute_timings.known`: `prompt_tokens` is set.
+ */
+#define KVROUTE_TIMING_PROMPT_TOKENS (1 << 4)
+
+/**
+ * `kvroute_engine_snapshot.known`: `kv_usage` is set.
+ */
+#define KVROUTE_ENGINE_KV_USAGE (1 << 0)
+
+/**
+ * `kvroute_engine_snapshot.known`: `prefix_queries` is set.
+ */
+#define KVROUTE_ENGINE_PREFIX_QUERIES (1 << 1)
+
+/**
+ * `kvroute_engine_snapshot.known`: `prefix_hits` is set.
+ */
+#define KVROUTE_ENGINE_PREFIX_HITS (1 << 2)
+
+/**
  * The result of every fallible `kvroute_` function. `KVROUTE_STATUS_OK` (0) is success; every
  * other value is an error, and no output parameter was written (except `*out_n` on
  * `KVROUTE_STATUS_INSUFFICIENT_SIZE`, which holds the buffer size needed).
@@ -327,10 +367,74 @@ typedef struct kvroute_stats {
 } kvroute_stats;
 
 /**
+ * What the caller observed about a finished request, passed to
+ * `kvroute_router_complete_with_timings()`. Only the fields whose `KVROUTE_TIMING_*` bit is set
+ * in `known` are read. The layout is frozen.
+ */
+typedef struct kvroute_timings {
+  /**
+   * Time from routing to the first response byte (or first token), ms.
+   */
+  uint64_t first_token_ms;
+  /**
+   * Time from routing to the end of the response, ms.
+   */
+  uint64_t total_ms;
+  /**
+   * Tokens generated.
+   */
+  uint32_t output_tokens;
+  /**
+   * Prompt tokens the engine served from its prefix cache (`usage.prompt_tokens_details`).
+   */
+  uint32_t cached_tokens;
+  /**
+   * Prompt tokens as the engine counted them (`usage.prompt_tokens`).
+   */
+  uint32_t prompt_tokens;
+  /**
+   * Which fields are set: an OR of `KVROUTE_TIMING_*` bits.
+   */
+  uint32_t known;
+} kvroute_timings;
+
+/**
  * A pod id, issued by `kvroute_router_add_pod()` / `kvroute_router_upsert_pod()`. Ids are never
  * reused: a pod removed and added again under the same name gets a new id.
  */
 typedef uint32_t kvroute_pod_id;
+
+/**
+ * An engine's own view of its load, as scraped from its metrics (vLLM names below), passed to
+ * `kvroute_router_observe_engine()`. `running` and `waiting` are always read; the other fields
+ * only when their `KVROUTE_ENGINE_*` bit is set in `known`. The layout is frozen.
+ */
+typedef struct kvroute_engine_snapshot {
+  /**
+   * KV-cache usage in [0, 1] (`vllm:kv_cache_usage_perc`).
+   */
+  double kv_usage;
+  /**
+   * Prefix-cache queries in tokens, cumulative (`vllm:prefix_cache_queries_total`).
+   */
+  uint64_t prefix_queries;
+  /**
+   * Prefix-cache hits in tokens, cumulative (`vllm:prefix_cache_hits_total`).
+   */
+  uint64_t prefix_hits;
+  /**
+   * Sequences running (`vllm:num_requests_running`).
+   */
+  uint32_t running;
+  /**
+   * Requests waiting (`vllm:num_requests_waiting`).
+   */
+  uint32_t waiting;
+  /**
+   * Which optional fields are set: an OR of `KVROUTE_ENGINE_*` bits.
+   */
+  uint32_t known;
+} kvroute_engine_snapshot;
 
 /**
  * One pod as the router sees it, read by `kvroute_router_pod_info()`. The layout is frozen.
@@ -560,6 +664,39 @@ kvroute_status kvroute_router_explain(const struct kvroute_router *router,
  */
 kvroute_status kvroute_router_stats(const struct kvroute_router *router,
                                     struct kvroute_stats *stats_out);
+
+/**
+ * `kvroute_router_complete()` plus what was observed about the request: the timings of a
+ * successful request teach the `least-ttft` model the pod's prefill and decode rates. `timings`
+ * may be NULL (no timings, the same as `kvroute_router_complete()`); it is borrowed for the
+ * call only. Returns `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timings->known`,
+ * otherwise the statuses of `kvroute_router_complete()`.
+ */
+kvroute_status kvroute_router_complete_with_timings(struct kvroute_router *router,
+                                                    kvroute_ticket ticket,
+                                                    uint32_t outcome,
+                                                    const struct kvroute_timings *timings,
+                                                    uint64_t now_ms);
+
+/**
+ * Records the pod's engine state as scraped at `now_ms`. The `least-ttft` model uses it until
+ * it grows old, adding engine load the router did not route. `snapshot` is borrowed for the
+ * call only. Returns `KVROUTE_STATUS_UNKNOWN_POD`, `KVROUTE_STATUS_NULL_PARAMETER`, or
+ * `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `known` or a `kv_usage` outside [0, 1].
+ */
+kvroute_status kvroute_router_observe_engine(struct kvroute_router *router,
+                                             kvroute_pod_id pod,
+                                             const struct kvroute_engine_snapshot *snapshot,
+                                             uint64_t now_ms);
+
+/**
+ * Sets the pod's engine capacity in concurrent sequences (vLLM `--max-num-seqs`) for the
+ * `least-ttft` model; 0 is treated as 1. Returns `KVROUTE_STATUS_UNKNOWN_POD` for an id never
+ * issued or removed.
+ */
+kvroute_status kvroute_router_set_pod_capacity(struct kvroute_router *router,
+                                               kvroute_pod_id pod,
+                                               uint32_t max_seqs);
 
 /**
  * Computes the block hashes of a prompt with hash scheme v1 (the router's: the prompt's bytes

@@ -7,8 +7,8 @@
 
 use kvroute::kvroute_status;
 use kvroute_core::{
-    Completion, Outcome, PodSpec, RouteRequest, Router, RouterConfig, StrategySpec, Ticket,
-    Timestamp,
+    Completion, EngineSnapshot, Outcome, PodSpec, RouteRequest, Router, RouterConfig, StrategySpec,
+    Ticket, Timestamp, Timings,
 };
 
 const SENTENCE: &str =
@@ -152,6 +152,44 @@ fn main() {
                     Some(t) => println!("tick {} deadline={}", w[1], t.as_millis()),
                     None => println!("tick {} deadline=none", w[1]),
                 }
+            }
+            "done" => {
+                let ticket = tickets[num(2) as usize].expect("routed");
+                let timings = Timings {
+                    first_token_ms: Some(num(3)),
+                    total_ms: Some(num(4)),
+                    output_tokens: Some(num(5) as u32),
+                    cached_tokens: Some(num(6) as u32),
+                    prompt_tokens: Some(num(7) as u32),
+                };
+                let completion = Completion {
+                    outcome: Outcome::Success,
+                    timings,
+                };
+                let r = router.complete(ticket, completion, Timestamp::from_millis(num(1)));
+                let st = r.map_or_else(kvroute_status::from, |_| kvroute_status::Ok);
+                println!("done {} {}", w[2], st.as_str());
+            }
+            "engine" => {
+                let id = router.pod_id(w[2]).expect("known pod");
+                let snapshot = EngineSnapshot {
+                    running: num(3) as u32,
+                    waiting: num(4) as u32,
+                    kv_usage: Some(num(5) as f64 / 100.0),
+                    prefix_queries: None,
+                    prefix_hits: None,
+                };
+                router
+                    .observe_engine(id, snapshot, Timestamp::from_millis(num(1)))
+                    .expect("live pod");
+                println!("engine {}", w[2]);
+            }
+            "capacity" => {
+                let id = router.pod_id(w[1]).expect("known pod");
+                router
+                    .set_pod_capacity(id, num(2) as u32)
+                    .expect("live pod");
+                println!("capacity {} {}", w[1], w[2]);
             }
             other => panic!("unknown command {other:?}"),
         }

@@ -48,3 +48,13 @@ func BenchmarkRouteJSON(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCgoCall is the cost of one trivial call through cgo (kvroute_version_number), the
+// fixed overhead each Route and Complete pays on top of the library's own work.
+func BenchmarkCgoCall(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		if versionNumber() == 0 {
+			b.Fatal("version 0")
+		}
+	}
+}

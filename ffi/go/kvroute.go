@@ -40,6 +40,9 @@ import (
 // Version is the version of the linked library, "major.minor.patch".
 func Version() string { return C.GoString(C.kvroute_version()) }
 
+// versionNumber is the linked library's (major << 16) | (minor << 8) | patch.
+func versionNumber() uint32 { return uint32(C.kvroute_version_number()) }
+
 // HeaderVersion is the version of kvroute.h this package was compiled against.
 const HeaderVersion = C.KVROUTE_VERSION
 

@@ -300,3 +300,31 @@ func TestGoldenHashVectors(t *testing.T) {
 		}
 	}
 }
+
+func TestLeastTTFTInputs(t *testing.T) {
+	r := newTestRouter(t, Config{Seed: 5, Strategy: "least-ttft"}, 2)
+	defer r.Close()
+	pods, _ := r.Pods()
+	if err := r.SetPodCapacity(pods[0], 16); err != nil {
+		t.Fatal(err)
+	}
+	kv := 0.25
+	if err := r.ObserveEngine(pods[1], EngineSnapshot{Running: 4, Waiting: 2, KVUsage: &kv}, 10); err != nil {
+		t.Fatal(err)
+	}
+	bad := 2.0
+	if err := r.ObserveEngine(pods[1], EngineSnapshot{KVUsage: &bad}, 10); !errors.Is(err, StatusInvalidParameter) {
+		t.Fatalf("kv usage 2.0: %v", err)
+	}
+	d, err := r.Route("study", []byte(studyPrompt(2, 1)), "", 20)
+	if err != nil || d.Reason != ReasonLeastTTFT {
+		t.Fatalf("%+v %v", d, err)
+	}
+	first, total := uint64(150), uint64(4000)
+	if err := r.CompleteWithTimings(d.Ticket, Success, Timings{FirstTokenMs: &first, TotalMs: &total}, 4020); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CompleteWithTimings(d.Ticket, Success, Timings{}, 4021); !errors.Is(err, StatusTicketNotOpen) {
+		t.Fatalf("double completion: %v", err)
+	}
+}

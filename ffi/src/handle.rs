@@ -127,6 +127,17 @@ pub(crate) unsafe fn mut_from_ptr<'a, C: Castable<Ownership = OwnershipBox>>(
     unsafe { ptr.cast::<C::RustType>().as_mut() }.ok_or(kvroute_status::NullParameter)
 }
 
+/// Borrows a plain `#[repr(C)]` input struct (not a handle) whose fields are integers and
+/// floats only, so that every bit pattern is a valid value.
+///
+/// # Safety
+/// `ptr` is NULL or valid for reads of one `T` for `'a`, suitably aligned, not written
+/// meanwhile.
+pub(crate) unsafe fn plain_ref<'a, T: Copy>(ptr: *const T) -> Result<&'a T, kvroute_status> {
+    // SAFETY: per the contract.
+    unsafe { ptr.as_ref() }.ok_or(kvroute_status::NullParameter)
+}
+
 /// Borrows `len` input bytes. `(NULL, 0)` is the empty slice; `(NULL, n > 0)` is
 /// `NULL_PARAMETER`.
 ///
@@ -232,6 +243,13 @@ macro_rules! free_box {
 macro_rules! free_arc {
     ( $ptr:expr ) => {
         unsafe { $crate::handle::free_arc($ptr) }
+    };
+}
+
+/// `Option<&T>` from a pointer to a plain input struct; NULL is `None`.
+macro_rules! opt_plain_ref {
+    ( $ptr:expr ) => {
+        unsafe { $crate::handle::plain_ref($ptr) }.ok()
     };
 }
 

@@ -27,6 +27,7 @@ mod bytes;
 
 mod config;
 mod decision;
+mod feedback;
 mod hashing;
 mod pods;
 pub mod prompt;
@@ -40,6 +41,7 @@ mod tests;
 
 pub use config::*;
 pub use decision::*;
+pub use feedback::*;
 pub use hashing::*;
 pub use pods::*;
 pub use router::*;

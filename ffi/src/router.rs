@@ -129,6 +129,21 @@ impl RouterHandle {
         }
     }
 
+    /// Completes a ticket and forgets its explanation.
+    pub(crate) fn complete(
+        &self,
+        ticket: Ticket,
+        completion: Completion,
+        now_ms: u64,
+    ) -> Result<(), kvroute_status> {
+        let mut locked = self.lock()?;
+        locked.decisions.remove(&ticket.as_u64());
+        locked
+            .router
+            .complete(ticket, completion, Timestamp::from_millis(now_ms))?;
+        Ok(())
+    }
+
     /// Hashes `prompt`, parses `strategy` and routes, locking only for the routing itself.
     fn route(
         &self,
@@ -287,9 +302,7 @@ pub extern "C" fn kvroute_router_complete(
     ffi_panic_boundary! {
         let r = try_ref!(router);
         let outcome = try_status!(kvroute_outcome::from_u32(outcome));
-        let mut locked = try_status!(r.lock());
-        locked.decisions.remove(&ticket);
-        try_status!(locked.router.complete(Ticket::from_u64(ticket), Completion::new(outcome), Timestamp::from_millis(now_ms)));
+        try_status!(r.complete(Ticket::from_u64(ticket), Completion::new(outcome), now_ms));
         kvroute_status::Ok
     }
 }

@@ -154,6 +154,34 @@ int main(int argc, char **argv) {
         CHECK(at == 0);
         printf("tick %llu deadline=none\n", x);
       }
+    } else if (strcmp(cmd, "done") == 0) {
+      unsigned long long first, total;
+      unsigned out, cached, prompt;
+      CHECK(sscanf(line, "done %llu %llu %llu %llu %u %u %u", &x, &y, &first, &total, &out, &cached, &prompt) == 7);
+      CHECK(y < n_routes && routed[y]);
+      kvroute_timings t = {
+          .first_token_ms = first,
+          .total_ms = total,
+          .output_tokens = out,
+          .cached_tokens = cached,
+          .prompt_tokens = prompt,
+          .known = KVROUTE_TIMING_FIRST_TOKEN_MS | KVROUTE_TIMING_TOTAL_MS | KVROUTE_TIMING_OUTPUT_TOKENS |
+                   KVROUTE_TIMING_CACHED_TOKENS | KVROUTE_TIMING_PROMPT_TOKENS,
+      };
+      kvroute_status st = kvroute_router_complete_with_timings(router, tickets[y], KVROUTE_OUTCOME_SUCCESS, &t, x);
+      printf("done %llu %s\n", y, kvroute_status_str(st));
+    } else if (strcmp(cmd, "engine") == 0) {
+      unsigned running, waiting, kv;
+      CHECK(sscanf(line, "engine %llu %127s %u %u %u", &x, a, &running, &waiting, &kv) == 5);
+      kvroute_engine_snapshot e = {
+          .running = running, .waiting = waiting, .kv_usage = kv / 100.0, .known = KVROUTE_ENGINE_KV_USAGE};
+      CHECK_STATUS(kvroute_router_observe_engine(router, pod_by_name(a), &e, x), KVROUTE_STATUS_OK);
+      printf("engine %s\n", a);
+    } else if (strcmp(cmd, "capacity") == 0) {
+      unsigned n;
+      CHECK(sscanf(line, "capacity %127s %u", a, &n) == 2);
+      CHECK_STATUS(kvroute_router_set_pod_capacity(router, pod_by_name(a), n), KVROUTE_STATUS_OK);
+      printf("capacity %s %u\n", a, n);
     } else {
       fprintf(stderr, "unknown command %s\n", cmd);
       return 2;

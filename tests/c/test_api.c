@@ -189,6 +189,26 @@ static void test_router_statuses(void) {
   CHECK_STATUS(kvroute_router_complete(r, second.ticket, KVROUTE_OUTCOME_CANCELLED, 13), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_router_explain(r, second.ticket, (uint8_t *)line, sizeof line, &n), KVROUTE_STATUS_UNKNOWN_TICKET);
 
+  /* Completion timings and engine snapshots (the least-ttft model's inputs). */
+  kvroute_decision timed;
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), S(text), S("least-ttft"), 14, &timed), KVROUTE_STATUS_OK);
+  CHECK(timed.reason == KVROUTE_REASON_LEAST_TTFT);
+  kvroute_timings bad_bits = {.known = 1u << 31};
+  CHECK_STATUS(kvroute_router_complete_with_timings(r, timed.ticket, KVROUTE_OUTCOME_SUCCESS, &bad_bits, 15),
+               KVROUTE_STATUS_INVALID_PARAMETER);
+  kvroute_timings t = {.first_token_ms = 80, .total_ms = 900, .known = KVROUTE_TIMING_FIRST_TOKEN_MS | KVROUTE_TIMING_TOTAL_MS};
+  CHECK_STATUS(kvroute_router_complete_with_timings(r, timed.ticket, KVROUTE_OUTCOME_SUCCESS, &t, 15), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_complete_with_timings(r, timed.ticket, KVROUTE_OUTCOME_SUCCESS, NULL, 15),
+               KVROUTE_STATUS_TICKET_NOT_OPEN);
+  kvroute_engine_snapshot e = {.running = 3, .waiting = 1, .kv_usage = 0.5, .known = KVROUTE_ENGINE_KV_USAGE};
+  CHECK_STATUS(kvroute_router_observe_engine(r, a, &e, 15), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_observe_engine(r, a, NULL, 15), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_observe_engine(r, 4321, &e, 15), KVROUTE_STATUS_UNKNOWN_POD);
+  e.kv_usage = 1.5;
+  CHECK_STATUS(kvroute_router_observe_engine(r, a, &e, 15), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_router_set_pod_capacity(r, a, 32), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_set_pod_capacity(r, 4321, 32), KVROUTE_STATUS_UNKNOWN_POD);
+
   /* Readiness and removal. */
   CHECK_STATUS(kvroute_router_set_pod_ready(r, a, false), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_router_set_pod_ready(r, b, false), KVROUTE_STATUS_OK);
@@ -218,9 +238,9 @@ static void test_router_statuses(void) {
   CHECK_STATUS(kvroute_router_next_deadline(r, &has, &at), KVROUTE_STATUS_OK);
   kvroute_stats st;
   CHECK_STATUS(kvroute_router_stats(r, &st), KVROUTE_STATUS_OK);
-  CHECK(st.pods == 1 && st.tickets_issued == 4 && st.tickets_open == 0 && st.in_flight == 0);
-  CHECK(st.completed_success == 2 && st.completed_cancelled == 1 && st.completed_failed == 1);
-  CHECK(st.tickets_rejected == 2 && st.tickets_orphaned >= 1 && st.unknown_model == 1 && st.no_ready_pod == 2);
+  CHECK(st.pods == 1 && st.tickets_issued == 5 && st.tickets_open == 0 && st.in_flight == 0);
+  CHECK(st.completed_success == 3 && st.completed_cancelled == 1 && st.completed_failed == 1);
+  CHECK(st.tickets_rejected == 3 && st.tickets_orphaned >= 1 && st.unknown_model == 1 && st.no_ready_pod == 2);
   CHECK(st.routed_by_reason[KVROUTE_REASON_PREFIX_MATCH] == 1);
   CHECK_STATUS(kvroute_router_stats(NULL, &st), KVROUTE_STATUS_NULL_PARAMETER);
 

@@ -1,0 +1,76 @@
+package kvroute
+
+/*
+#include "kvroute.h"
+*/
+import "C"
+
+import "runtime"
+
+// Timings is what the caller observed about a finished request; nil fields are unknown.
+// The timings of successful requests teach the least-ttft model the pod's rates.
+type Timings struct {
+	FirstTokenMs *uint64 // routing to first response byte or token
+	TotalMs      *uint64 // routing to end of response
+	OutputTokens *uint32 // tokens generated
+	CachedTokens *uint32 // prompt tokens served from the engine's prefix cache
+	PromptTokens *uint32 // prompt tokens as the engine counted them
+}
+
+// CompleteWithTimings is Complete plus what was observed about the request.
+func (r *Router) CompleteWithTimings(ticket uint64, outcome Outcome, t Timings, nowMs uint64) error {
+	var c C.kvroute_timings
+	if t.FirstTokenMs != nil {
+		c.first_token_ms, c.known = C.uint64_t(*t.FirstTokenMs), c.known|C.KVROUTE_TIMING_FIRST_TOKEN_MS
+	}
+	if t.TotalMs != nil {
+		c.total_ms, c.known = C.uint64_t(*t.TotalMs), c.known|C.KVROUTE_TIMING_TOTAL_MS
+	}
+	if t.OutputTokens != nil {
+		c.output_tokens, c.known = C.uint32_t(*t.OutputTokens), c.known|C.KVROUTE_TIMING_OUTPUT_TOKENS
+	}
+	if t.CachedTokens != nil {
+		c.cached_tokens, c.known = C.uint32_t(*t.CachedTokens), c.known|C.KVROUTE_TIMING_CACHED_TOKENS
+	}
+	if t.PromptTokens != nil {
+		c.prompt_tokens, c.known = C.uint32_t(*t.PromptTokens), c.known|C.KVROUTE_TIMING_PROMPT_TOKENS
+	}
+	st := C.kvroute_router_complete_with_timings(r.ptr(), C.kvroute_ticket(ticket), C.uint32_t(outcome), &c, C.uint64_t(nowMs))
+	runtime.KeepAlive(r)
+	return check(st)
+}
+
+// EngineSnapshot is an engine's own view of its load, as scraped from its metrics; nil
+// fields are unknown.
+type EngineSnapshot struct {
+	Running       uint32   // vllm:num_requests_running
+	Waiting       uint32   // vllm:num_requests_waiting
+	KVUsage       *float64 // vllm:kv_cache_usage_perc, in [0, 1]
+	PrefixQueries *uint64  // vllm:prefix_cache_queries_total
+	PrefixHits    *uint64  // vllm:prefix_cache_hits_total
+}
+
+// ObserveEngine records the pod's engine state as scraped at nowMs, for the least-ttft model.
+func (r *Router) ObserveEngine(pod PodID, s EngineSnapshot, nowMs uint64) error {
+	c := C.kvroute_engine_snapshot{running: C.uint32_t(s.Running), waiting: C.uint32_t(s.Waiting)}
+	if s.KVUsage != nil {
+		c.kv_usage, c.known = C.double(*s.KVUsage), c.known|C.KVROUTE_ENGINE_KV_USAGE
+	}
+	if s.PrefixQueries != nil {
+		c.prefix_queries, c.known = C.uint64_t(*s.PrefixQueries), c.known|C.KVROUTE_ENGINE_PREFIX_QUERIES
+	}
+	if s.PrefixHits != nil {
+		c.prefix_hits, c.known = C.uint64_t(*s.PrefixHits), c.known|C.KVROUTE_ENGINE_PREFIX_HITS
+	}
+	st := C.kvroute_router_observe_engine(r.ptr(), C.kvroute_pod_id(pod), &c, C.uint64_t(nowMs))
+	runtime.KeepAlive(r)
+	return check(st)
+}
+
+// SetPodCapacity sets the pod's engine capacity in concurrent sequences (vLLM
+// --max-num-seqs) for the least-ttft model.
+func (r *Router) SetPodCapacity(pod PodID, maxSeqs uint32) error {
+	st := C.kvroute_router_set_pod_capacity(r.ptr(), C.kvroute_pod_id(pod), C.uint32_t(maxSeqs))
+	runtime.KeepAlive(r)
+	return check(st)
+}

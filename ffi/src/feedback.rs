@@ -1,0 +1,158 @@
+//! What the router learns from: completion timings, engine metrics and pod capacity (the
+//! inputs of the `least-ttft` strategy's time-to-first-token model).
+
+use kvroute_core::{Completion, EngineSnapshot, PodId, Ticket, Timestamp, Timings};
+
+use crate::router::{kvroute_pod_id, kvroute_router, kvroute_ticket};
+use crate::status::{kvroute_outcome, kvroute_status};
+
+/// `kvroute_timings.known`: `first_token_ms` is set.
+pub const KVROUTE_TIMING_FIRST_TOKEN_MS: u32 = 1 << 0;
+/// `kvroute_timings.known`: `total_ms` is set.
+pub const KVROUTE_TIMING_TOTAL_MS: u32 = 1 << 1;
+/// `kvroute_timings.known`: `output_tokens` is set.
+pub const KVROUTE_TIMING_OUTPUT_TOKENS: u32 = 1 << 2;
+/// `kvroute_timings.known`: `cached_tokens` is set.
+pub const KVROUTE_TIMING_CACHED_TOKENS: u32 = 1 << 3;
+/// `kvroute_timings.known`: `prompt_tokens` is set.
+pub const KVROUTE_TIMING_PROMPT_TOKENS: u32 = 1 << 4;
+const TIMING_ALL: u32 = (1 << 5) - 1;
+
+/// What the caller observed about a finished request, passed to
+/// `kvroute_router_complete_with_timings()`. Only the fields whose `KVROUTE_TIMING_*` bit is set
+/// in `known` are read. The layout is frozen.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct kvroute_timings {
+    /// Time from routing to the first response byte (or first token), ms.
+    pub first_token_ms: u64,
+    /// Time from routing to the end of the response, ms.
+    pub total_ms: u64,
+    /// Tokens generated.
+    pub output_tokens: u32,
+    /// Prompt tokens the engine served from its prefix cache (`usage.prompt_tokens_details`).
+    pub cached_tokens: u32,
+    /// Prompt tokens as the engine counted them (`usage.prompt_tokens`).
+    pub prompt_tokens: u32,
+    /// Which fields are set: an OR of `KVROUTE_TIMING_*` bits.
+    pub known: u32,
+}
+
+impl kvroute_timings {
+    fn to_core(self) -> Result<Timings, kvroute_status> {
+        if self.known & !TIMING_ALL != 0 {
+            return Err(kvroute_status::InvalidParameter);
+        }
+        let has = |bit: u32| self.known & bit != 0;
+        Ok(Timings {
+            first_token_ms: has(KVROUTE_TIMING_FIRST_TOKEN_MS).then_some(self.first_token_ms),
+            total_ms: has(KVROUTE_TIMING_TOTAL_MS).then_some(self.total_ms),
+            output_tokens: has(KVROUTE_TIMING_OUTPUT_TOKENS).then_some(self.output_tokens),
+            cached_tokens: has(KVROUTE_TIMING_CACHED_TOKENS).then_some(self.cached_tokens),
+            prompt_tokens: has(KVROUTE_TIMING_PROMPT_TOKENS).then_some(self.prompt_tokens),
+        })
+    }
+}
+
+/// `kvroute_router_complete()` plus what was observed about the request: the timings of a
+/// successful request teach the `least-ttft` model the pod's prefill and decode rates. `timings`
+/// may be NULL (no timings, the same as `kvroute_router_complete()`); it is borrowed for the
+/// call only. Returns `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timings->known`,
+/// otherwise the statuses of `kvroute_router_complete()`.
+#[no_mangle]
+pub extern "C" fn kvroute_router_complete_with_timings(
+    router: *mut kvroute_router,
+    ticket: kvroute_ticket,
+    outcome: u32,
+    timings: *const kvroute_timings,
+    now_ms: u64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let outcome = try_status!(kvroute_outcome::from_u32(outcome));
+        let timings = match opt_plain_ref!(timings) {
+            Some(t) => try_status!(t.to_core()),
+            None => Timings::default(),
+        };
+        let completion = Completion { outcome, timings };
+        try_status!(r.complete(Ticket::from_u64(ticket), completion, now_ms));
+        kvroute_status::Ok
+    }
+}
+
+/// `kvroute_engine_snapshot.known`: `kv_usage` is set.
+pub const KVROUTE_ENGINE_KV_USAGE: u32 = 1 << 0;
+/// `kvroute_engine_snapshot.known`: `prefix_queries` is set.
+pub const KVROUTE_ENGINE_PREFIX_QUERIES: u32 = 1 << 1;
+/// `kvroute_engine_snapshot.known`: `prefix_hits` is set.
+pub const KVROUTE_ENGINE_PREFIX_HITS: u32 = 1 << 2;
+const ENGINE_ALL: u32 = (1 << 3) - 1;
+
+/// An engine's own view of its load, as scraped from its metrics (vLLM names below), passed to
+/// `kvroute_router_observe_engine()`. `running` and `waiting` are always read; the other fields
+/// only when their `KVROUTE_ENGINE_*` bit is set in `known`. The layout is frozen.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct kvroute_engine_snapshot {
+    /// KV-cache usage in [0, 1] (`vllm:kv_cache_usage_perc`).
+    pub kv_usage: f64,
+    /// Prefix-cache queries in tokens, cumulative (`vllm:prefix_cache_queries_total`).
+    pub prefix_queries: u64,
+    /// Prefix-cache hits in tokens, cumulative (`vllm:prefix_cache_hits_total`).
+    pub prefix_hits: u64,
+    /// Sequences running (`vllm:num_requests_running`).
+    pub running: u32,
+    /// Requests waiting (`vllm:num_requests_waiting`).
+    pub waiting: u32,
+    /// Which optional fields are set: an OR of `KVROUTE_ENGINE_*` bits.
+    pub known: u32,
+}
+
+/// Records the pod's engine state as scraped at `now_ms`. The `least-ttft` model uses it until
+/// it grows old, adding engine load the router did not route. `snapshot` is borrowed for the
+/// call only. Returns `KVROUTE_STATUS_UNKNOWN_POD`, `KVROUTE_STATUS_NULL_PARAMETER`, or
+/// `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `known` or a `kv_usage` outside [0, 1].
+#[no_mangle]
+pub extern "C" fn kvroute_router_observe_engine(
+    router: *mut kvroute_router,
+    pod: kvroute_pod_id,
+    snapshot: *const kvroute_engine_snapshot,
+    now_ms: u64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let Some(s) = opt_plain_ref!(snapshot) else {
+            return kvroute_status::NullParameter;
+        };
+        let has = |bit: u32| s.known & bit != 0;
+        if s.known & !ENGINE_ALL != 0 || (has(KVROUTE_ENGINE_KV_USAGE) && !(0.0..=1.0).contains(&s.kv_usage)) {
+            return kvroute_status::InvalidParameter;
+        }
+        let snapshot = EngineSnapshot {
+            running: s.running,
+            waiting: s.waiting,
+            kv_usage: has(KVROUTE_ENGINE_KV_USAGE).then_some(s.kv_usage),
+            prefix_queries: has(KVROUTE_ENGINE_PREFIX_QUERIES).then_some(s.prefix_queries),
+            prefix_hits: has(KVROUTE_ENGINE_PREFIX_HITS).then_some(s.prefix_hits),
+        };
+        let mut locked = try_status!(r.lock());
+        try_status!(locked.router.observe_engine(PodId::from_u32(pod), snapshot, Timestamp::from_millis(now_ms)));
+        kvroute_status::Ok
+    }
+}
+
+/// Sets the pod's engine capacity in concurrent sequences (vLLM `--max-num-seqs`) for the
+/// `least-ttft` model; 0 is treated as 1. Returns `KVROUTE_STATUS_UNKNOWN_POD` for an id never
+/// issued or removed.
+#[no_mangle]
+pub extern "C" fn kvroute_router_set_pod_capacity(
+    router: *mut kvroute_router,
+    pod: kvroute_pod_id,
+    max_seqs: u32,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        try_status!(try_status!(r.lock()).router.set_pod_capacity(PodId::from_u32(pod), max_seqs));
+        kvroute_status::Ok
+    }
+}
