@@ -68,11 +68,72 @@ struct Body<'a> {
     #[serde(default, borrow)]
     model: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    prompt: Option<&'a RawValue>,
+    prompt: Option<Prompt<'a>>,
     #[serde(default, borrow)]
     messages: Option<Vec<&'a RawValue>>,
     #[serde(default)]
     stream: Option<bool>,
+}
+
+/// `prompt`, read in the same pass as the rest of the body (a 28 KB prompt is scanned once).
+enum Prompt<'a> {
+    Text(Cow<'a, str>),
+    Null,
+    NotText,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Prompt<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Prompt<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a prompt")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(Prompt::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Prompt::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Prompt::Text(Cow::Owned(v)))
+            }
+            fn visit_unit<E>(self) -> Result<Self::Value, E> {
+                Ok(Prompt::Null)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Prompt::NotText)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Prompt::NotText)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Prompt::NotText)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Prompt::NotText)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                while a.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(Prompt::NotText)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> Result<Self::Value, A::Error> {
+                while a
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(Prompt::NotText)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]
@@ -101,11 +162,9 @@ pub fn extract(endpoint: Endpoint, body: &[u8]) -> Result<Extracted, ExtractErro
     let prompt = match endpoint {
         Endpoint::Other => Vec::new(),
         Endpoint::Completions => match parsed.prompt {
-            None => Vec::new(),
-            Some(raw) => match serde_json::from_str::<Cow<'_, str>>(raw.get()) {
-                Ok(s) => s.into_owned().into_bytes(),
-                Err(_) => return Err(ExtractError::PromptNotString),
-            },
+            None | Some(Prompt::Null) => Vec::new(),
+            Some(Prompt::Text(s)) => s.into_owned().into_bytes(),
+            Some(Prompt::NotText) => return Err(ExtractError::PromptNotString),
         },
         Endpoint::ChatCompletions => {
             let messages = parsed.messages.unwrap_or_default();
