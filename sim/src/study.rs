@@ -270,11 +270,37 @@ pub fn write_outputs(
     names.dedup();
     for name in names {
         let path = dir.join(format!("ttft-{name}.svg"));
-        let mine: Vec<&PhaseResult> = phases
+        let mut rounds: Vec<u8> = phases
             .iter()
             .filter(|p| p.scenario.name() == name)
+            .map(|p| p.round)
             .collect();
-        crate::plot::ttft_over_time(&path, name, &mine).map_err(|e| OutputError::Plot {
+        rounds.dedup();
+        let panels: Vec<crate::plot::Panel> = rounds
+            .iter()
+            .map(|&round| {
+                let mine: Vec<&PhaseResult> = phases
+                    .iter()
+                    .filter(|p| p.scenario.name() == name && p.round == round)
+                    .collect();
+                let title = match mine.first() {
+                    Some(p) => format!("{} / round {round}: TTFT by send time", p.scenario),
+                    None => format!("{name} / round {round}"),
+                };
+                let series = mine
+                    .iter()
+                    .map(|p| {
+                        let label = format!(
+                            "{} ({}/{} in SLO)",
+                            p.strategy, p.summary.within_slo, p.summary.planned
+                        );
+                        crate::plot::Series::from_records(label, &p.run.records)
+                    })
+                    .collect();
+                crate::plot::Panel { title, series }
+            })
+            .collect();
+        crate::plot::ttft_over_time(&path, &panels).map_err(|e| OutputError::Plot {
             path: path.display().to_string(),
             message: e,
         })?;
