@@ -352,9 +352,24 @@ fn in_flight_returns_to_zero_after_every_outcome() {
 
 #[test]
 #[ignore = "needs Envoy; run by `make test-e2e`"]
-fn router_down_falls_back_to_round_robin_and_restart_keeps_streams() {
+fn router_slow_or_down_falls_back_to_round_robin_and_restart_keeps_streams() {
     let mut s = Stack::start("restart", "", true);
     let grpc = s.ext.grpc.clone();
+    // Router slow (stopped): Envoy's message_timeout (0.5 s) passes and the request falls back.
+    s.ext.proc.signal("STOP");
+    let slow = s.post(
+        "/v1/completions",
+        &[],
+        &completion("study", "slow", 2, false),
+    );
+    s.ext.proc.signal("CONT");
+    assert_eq!(slow.status, 200, "{}", slow.text());
+    assert!(
+        slow.header("target-pod").is_none(),
+        "a stopped router answered: {slow:?}"
+    );
+    assert!(slow.header("x-kvroute-sim-replica").is_some());
+    s.expect_in_flight(0);
     // A stream in flight when kvroute dies keeps going (failure_mode_allow: true).
     let listen = s.envoy.listen.clone();
     let body = completion("study", &prompt("survivor", 1, 4_000), 300, true);
