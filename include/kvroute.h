@@ -105,7 +105,8 @@ enum kvroute_status
    */
   KVROUTE_STATUS_UNKNOWN_POD = 7,
   /**
-   * The ticket was never issued by this router.
+   * The ticket was never issued by this router (for `kvroute_router_explain()`: the ticket
+   * is not open).
    */
   KVROUTE_STATUS_UNKNOWN_TICKET = 8,
   /**

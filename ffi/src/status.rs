@@ -35,7 +35,8 @@ pub enum kvroute_status {
     NoReadyPod = 6,
     /// The pod id was never issued, or the pod was removed; or no live pod has that name.
     UnknownPod = 7,
-    /// The ticket was never issued by this router.
+    /// The ticket was never issued by this router (for `kvroute_router_explain()`: the ticket
+    /// is not open).
     UnknownTicket = 8,
     /// The ticket was already completed or expired (a double completion). Nothing changed.
     TicketNotOpen = 9,
