@@ -26,6 +26,8 @@ pub enum Reason {
 
 impl Reason {
     /// Every reason, in a stable order (the order of [`crate::ModelStats::routed_by_reason`]).
+    /// The order is append-only: new reasons are added at the end, so positions are stable
+    /// codes (the C ABI relies on it).
     pub const ALL: [Reason; 7] = [
         Reason::Random,
         Reason::LeastRequest,

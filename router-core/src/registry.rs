@@ -181,6 +181,17 @@ impl Registry {
         Ok(id)
     }
 
+    pub(crate) fn set_address(&mut self, pod: PodId, address: &str) -> Result<(), RegistryError> {
+        if !valid_address(address) {
+            return Err(RegistryError::InvalidAddress(address.to_owned()));
+        }
+        let p = self.pod_mut(pod)?;
+        if &*p.address != address {
+            p.address = Arc::from(address);
+        }
+        Ok(())
+    }
+
     pub(crate) fn intern_model(&mut self, name: &str) -> Result<ModelId, RegistryError> {
         if name.is_empty() {
             return Err(RegistryError::EmptyModelName);

@@ -210,6 +210,21 @@ impl Router {
         Ok(())
     }
 
+    /// The name of a live pod.
+    pub fn pod_name(&self, pod: PodId) -> Option<&str> {
+        self.registry.pod(pod).ok().map(|p| &*p.name)
+    }
+
+    /// The `ip:port` of a live pod.
+    pub fn pod_address(&self, pod: PodId) -> Option<&str> {
+        self.registry.pod(pod).ok().map(|p| &*p.address)
+    }
+
+    /// Changes a pod's `ip:port`, keeping everything else (in-flight count, readiness, index).
+    pub fn set_pod_address(&mut self, pod: PodId, address: &str) -> Result<(), RegistryError> {
+        self.registry.set_address(pod, address)
+    }
+
     /// The id of the live pod with this name.
     pub fn pod_id(&self, name: &str) -> Option<PodId> {
         self.registry.pod_id(name)
@@ -537,6 +552,11 @@ impl Router {
     /// Open tickets.
     pub fn open_tickets(&self) -> usize {
         self.tickets.open_count()
+    }
+
+    /// Whether `ticket` is open: issued, and neither completed nor expired.
+    pub fn is_open(&self, ticket: Ticket) -> bool {
+        self.tickets.is_open(ticket)
     }
 
     /// The prefix index, read-only (for inspection and benchmarks).

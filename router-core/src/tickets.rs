@@ -196,6 +196,10 @@ impl TicketTable {
             .map(|(_, t)| t.issued.add_millis(ttl_ms))
     }
 
+    pub(crate) fn is_open(&self, ticket: Ticket) -> bool {
+        self.open.contains_key(&ticket.0)
+    }
+
     pub(crate) fn open_count(&self) -> usize {
         self.open.len()
     }

@@ -88,8 +88,19 @@ fn pod_updates_keep_in_flight_counts() {
     r.set_pod_ready(id, true).unwrap();
     assert_eq!(r.in_flight(id), Some(1));
     assert_eq!(&*r.pod(id).unwrap().address, "10.9.9.9:9000");
+    r.set_pod_address(id, "10.9.9.8:9000").unwrap();
+    assert_eq!(
+        (r.pod_name(id), r.pod_address(id)),
+        (Some("pod-0"), Some("10.9.9.8:9000"))
+    );
+    assert!(matches!(
+        r.set_pod_address(id, "nope"),
+        Err(RegistryError::InvalidAddress(_))
+    ));
+    assert!(r.is_open(d.ticket));
     r.complete(d.ticket, Outcome::Success.into(), t(1)).unwrap();
     assert_eq!(r.in_flight(id), Some(0));
+    assert!(!r.is_open(d.ticket));
 }
 
 #[test]
