@@ -1,6 +1,6 @@
 //! `kvroute_decision`, its one-line explanation, and `kvroute_stats`.
 
-use kvroute_core::{Decision, Outcome, RouterStats};
+use kvroute_core::{Decision, Outcome, RouterStats, Ticket};
 
 use crate::bytes;
 use crate::router::{kvroute_pod_id, kvroute_router, kvroute_ticket};
@@ -83,10 +83,12 @@ pub extern "C" fn kvroute_router_explain(
         let r = try_ref!(router);
         let buf = try_out_slice!(buf, len);
         let out_n = try_out!(out_n);
-        let text = match try_status!(r.lock()).decisions.get(&ticket) {
-            Some((d, _)) => d.to_string(),
-            None => return kvroute_status::UnknownTicket,
+        let locked = try_status!(r.lock());
+        let text = match locked.decisions.get(&ticket) {
+            Some(d) if locked.router.is_open(Ticket::from_u64(ticket)) => d.to_string(),
+            _ => return kvroute_status::UnknownTicket,
         };
+        drop(locked);
         bytes::write_str(&text, buf, out_n)
     }
 }

@@ -119,11 +119,7 @@ pub extern "C" fn kvroute_router_set_pod_address(
     ffi_panic_boundary! {
         let r = try_ref!(router);
         let address = try_str!(address, address_len);
-        let mut locked = try_status!(r.lock());
-        let Some(info) = locked.router.pod(PodId::from_u32(pod)) else {
-            return kvroute_status::UnknownPod;
-        };
-        try_status!(locked.router.upsert_pod(PodSpec { name: &info.name, address, ready: info.ready }));
+        try_status!(try_status!(r.lock()).router.set_pod_address(PodId::from_u32(pod), address));
         kvroute_status::Ok
     }
 }
@@ -252,10 +248,17 @@ fn pod_string(
     let r = try_ref!(router);
     let buf = try_out_slice!(buf, len);
     let out_n = try_out!(out_n);
-    let Some(info) = try_status!(r.lock()).router.pod(PodId::from_u32(pod)) else {
-        return kvroute_status::UnknownPod;
+    let locked = try_status!(r.lock());
+    let id = PodId::from_u32(pod);
+    let value = if address {
+        locked.router.pod_address(id)
+    } else {
+        locked.router.pod_name(id)
     };
-    bytes::write_str(if address { &info.address } else { &info.name }, buf, out_n)
+    match value {
+        Some(s) => bytes::write_str(s, buf, out_n),
+        None => kvroute_status::UnknownPod,
+    }
 }
 
 /// Copies the pod's name into `(buf, len)`, NUL-terminated; on success `*out_n` is its length

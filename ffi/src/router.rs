@@ -53,18 +53,9 @@ pub struct RouterHandle {
 /// Everything behind the lock.
 pub(crate) struct State {
     pub(crate) router: Router,
-    /// The decisions of open tickets, for `kvroute_router_explain()`, with the (clamped) time
-    /// they were made. Entries leave on completion, or once older than the ticket TTL.
-    pub(crate) decisions: BTreeMap<u64, (Decision, u64)>,
-    /// The latest `now_ms` seen (the router's clock never goes back).
-    latest_ms: u64,
-}
-
-impl State {
-    fn clock(&mut self, now_ms: u64) -> u64 {
-        self.latest_ms = self.latest_ms.max(now_ms);
-        self.latest_ms
-    }
+    /// The decisions of open tickets, for `kvroute_router_explain()`. Entries leave on
+    /// completion, or at the first tick after the router expired their ticket.
+    pub(crate) decisions: BTreeMap<u64, Decision>,
 }
 
 /// The router, locked. Dropping it during a panic poisons the handle.
@@ -103,7 +94,6 @@ impl RouterHandle {
             state: Mutex::new(State {
                 router,
                 decisions: BTreeMap::new(),
-                latest_ms: 0,
             }),
         }
     }
@@ -160,10 +150,9 @@ impl RouterHandle {
             req = req.with_strategy(spec);
         }
         let mut locked = self.lock()?;
-        let now_ms = locked.clock(now_ms);
         let decision = locked.router.route(req, Timestamp::from_millis(now_ms))?;
         let out = kvroute_decision::from(&decision);
-        locked.decisions.insert(out.ticket, (decision, now_ms));
+        locked.decisions.insert(out.ticket, decision);
         Ok(out)
     }
 }
@@ -315,15 +304,9 @@ pub extern "C" fn kvroute_router_tick(router: *mut kvroute_router, now_ms: u64) 
     ffi_panic_boundary! {
         let r = try_ref!(router);
         let mut locked = try_status!(r.lock());
-        let now_ms = locked.clock(now_ms);
         locked.router.handle_timeout(Timestamp::from_millis(now_ms));
-        let ttl = locked.router.config().ticket_ttl_ms;
-        while let Some(entry) = locked.decisions.first_entry() {
-            if now_ms.saturating_sub(entry.get().1) < ttl {
-                break;
-            }
-            entry.remove();
-        }
+        let State { router, decisions } = &mut *locked;
+        decisions.retain(|&ticket, _| router.is_open(Ticket::from_u64(ticket)));
         kvroute_status::Ok
     }
 }
