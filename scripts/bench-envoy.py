@@ -162,10 +162,10 @@ def envoy_config(ext_addr, pods):
     }
 
 
-def study_bodies(n, seed=7):
+def study_bodies(n, repeats=300, seed=7):
     rng = random.Random(seed)
     salts = ["".join(rng.choice("0123456789abcdef") for _ in range(256)) for _ in range(8)]
-    filler = "The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n" * 300
+    filler = "The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n" * repeats
     bodies = []
     for i in range(n):
         f = rng.randrange(8)
@@ -220,6 +220,7 @@ def main():
     ap.add_argument("--requests", type=int, default=800, help="requests per phase at concurrency 1")
     ap.add_argument("--load-requests", type=int, default=2400, help="requests per phase at concurrency 8")
     ap.add_argument("--speedup", type=float, default=10000.0)
+    ap.add_argument("--repeats", type=int, default=300, help="filler sentences per prompt (300 = the study's ~28 KB)")
     ap.add_argument("--ext-workers", type=int, default=1, help="kvroute-ext-proc tokio worker threads")
     args = ap.parse_args()
     for b in (os.path.join(BIN, "kvroute-ext-proc"), os.path.join(BIN, "kvroute-sim"), ENVOY):
@@ -260,7 +261,7 @@ def main():
         st = json.load(urllib.request.urlopen(f"http://{admin}/listeners?format=json"))["listener_statuses"]
         ports = {s["name"]: f"127.0.0.1:{s['local_address']['socket_address']['port_value']}" for s in st}
 
-        bodies = study_bodies(4096)
+        bodies = study_bodies(4096, args.repeats)
         print(f"body size {len(bodies[0])} bytes; replicas at speed-up {args.speedup:g}; "
               f"{args.rounds} rounds x (c=1: {args.requests}, c=8: {args.load_requests}) requests per listener")
         names = ["rr", "kv", "kv-nohdr"]

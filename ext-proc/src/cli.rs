@@ -33,7 +33,7 @@ pub struct Cli {
     /// PRNG seed (random per process by default).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Tokio worker threads (default: one per CPU).
+    /// Tokio worker threads (default: one per CPU; 1 = a single-threaded runtime).
     #[arg(long)]
     pub workers: Option<usize>,
     /// Log filter (tracing-subscriber EnvFilter syntax).

@@ -36,10 +36,17 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = cli.workers {
-        builder.worker_threads(n.max(1));
-    }
+    // One worker: a current-thread runtime (no cross-thread wake-ups, the cheapest per
+    // request); more: the multi-thread scheduler.
+    let mut builder = match cli.workers {
+        Some(1) => tokio::runtime::Builder::new_current_thread(),
+        Some(n) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(n.max(1));
+            b
+        }
+        None => tokio::runtime::Builder::new_multi_thread(),
+    };
     let runtime = match builder.enable_all().build() {
         Ok(r) => r,
         Err(e) => {

@@ -204,13 +204,16 @@ pub struct ExtProc {
 
 impl ExtProc {
     /// Starts it with `config` and, when given, a fixed gRPC address (restarts reuse it).
+    /// A first start uses the single-threaded runtime (`--workers 1`), a restart the
+    /// multi-threaded one, so that the suite runs both.
     pub fn start(dir: &TempDir, config: &Path, grpc: Option<&str>) -> ExtProc {
         let mut cmd = Command::new(ext_proc_bin());
+        let workers = if grpc.is_some() { "2" } else { "1" };
         cmd.arg("--config").arg(config).args([
             "--log",
             "info,kvroute_ext_proc=debug",
             "--workers",
-            "2",
+            workers,
         ]);
         if let Some(g) = grpc {
             cmd.args(["--grpc-listen", g]);
