@@ -13,6 +13,26 @@ use support::*;
 
 const NEEDS_ENVOY: &str = "needs Envoy; run by `make test-e2e`";
 
+/// The gRPC health status of `service` (`grpc.health.v1.Health/Check`).
+fn grpc_health(addr: &str, service: &str) -> String {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}")).unwrap();
+        let mut client = HealthClient::new(channel.connect().await.expect("connect gRPC health"));
+        let r = client
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .expect("health check");
+        format!("{:?}", r.into_inner().status())
+    })
+}
+
 fn replica(r: &Resp) -> String {
     r.header("x-kvroute-sim-replica")
         .unwrap_or_else(|| panic!("no replica header: {r:?}"))
@@ -515,6 +535,11 @@ fn sigterm_drains_in_flight_streams() {
         (s.ext.in_flight() == 1).then_some(())
     })
     .expect("stream not counted");
+    assert_eq!(grpc_health(&s.ext.grpc, ""), "Serving");
+    assert_eq!(
+        grpc_health(&s.ext.grpc, "envoy.service.ext_proc.v3.ExternalProcessor"),
+        "Serving"
+    );
     s.ext.proc.signal("TERM");
     let ready = wait_for(Duration::from_secs(5), || {
         let r = try_http(&s.ext.admin, "GET", "/readyz", &[], b"").ok()?;
