@@ -45,6 +45,18 @@ pub struct EngineArgs {
     /// KV capacity in blocks.
     #[arg(long, default_value_t = EngineConfig::default().kv_capacity_blocks)]
     kv_blocks: u32,
+    /// Step time model: fixed cost of every step, ms.
+    #[arg(long, default_value_t = EngineConfig::default().step.base_us as f64 / 1000.0)]
+    step_base_ms: f64,
+    /// Step time model: cost per decoding sequence, ms.
+    #[arg(long, default_value_t = EngineConfig::default().step.per_decode_seq_us as f64 / 1000.0)]
+    step_per_seq_ms: f64,
+    /// Step time model: cost per prefill token, µs.
+    #[arg(long, default_value_t = EngineConfig::default().step.per_prefill_token_us)]
+    prefill_token_us: f64,
+    /// Step time model: a mixed step costs max(decode, prefill) instead of their sum.
+    #[arg(long)]
+    overlap: bool,
 }
 
 impl EngineArgs {
@@ -55,13 +67,35 @@ impl EngineArgs {
             max_num_batched_tokens: self.max_num_batched_tokens,
             block_size: self.block_size,
             kv_capacity_blocks: self.kv_blocks,
+            step: crate::engine::StepTimeModel {
+                base_us: ms_to_us(self.step_base_ms),
+                per_decode_seq_us: ms_to_us(self.step_per_seq_ms),
+                per_prefill_token_us: self.prefill_token_us,
+                overlap: self.overlap,
+            },
             ..EngineConfig::default()
         }
     }
 }
 
+fn ms_to_us(ms: f64) -> u64 {
+    // Negative or non-finite values become 0; the engine validates the rest.
+    if ms.is_finite() && ms > 0.0 {
+        (ms * 1000.0).round() as u64
+    } else {
+        0
+    }
+}
+
 #[derive(Args, Debug)]
 struct StudyArgs {
+    /// Another draw of salts and router randomness (0 = the study's); the family order stays the
+    /// round's. For checking how robust a result is.
+    #[arg(long, default_value_t = 0)]
+    variant: u64,
+    /// Arrival spacing: uniform (the study's) or poisson.
+    #[arg(long, default_value = "uniform")]
+    arrivals: String,
     /// Write records (JSONL), the summary (JSON) and one SVG plot per scenario here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -304,10 +338,23 @@ fn parse_specs(names: &[String]) -> Result<Vec<kvroute_core::StrategySpec>, Exit
 }
 
 fn study_cmd(a: StudyArgs) -> ExitCode {
+    let Some(arrivals) = crate::workload::ArrivalProcess::parse(&a.arrivals) else {
+        eprintln!(
+            "error: --arrivals must be poisson or uniform, got {:?}",
+            a.arrivals
+        );
+        return ExitCode::from(2);
+    };
     let mut cfg = crate::study::StudyConfig {
         engine: a.engine.config(),
+        variant: a.variant,
+        arrivals,
         ..Default::default()
     };
+    if let Err(e) = cfg.engine.validate() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     if !a.strategies.is_empty() {
         match parse_specs(&a.strategies) {
             Ok(s) => cfg.strategies = s,

@@ -43,6 +43,9 @@ pub struct StudyConfig {
     pub rounds: Vec<u8>,
     /// Scenarios to run (`None` = the study's four per round).
     pub scenarios: Option<Vec<Scenario>>,
+    /// 0 = the study's salts and router seeds; another value draws others (the family order
+    /// stays the round's).
+    pub variant: u64,
 }
 
 impl Default for StudyConfig {
@@ -59,6 +62,7 @@ impl Default for StudyConfig {
                 .collect(),
             rounds: vec![1, 2],
             scenarios: None,
+            variant: 0,
         }
     }
 }
@@ -114,8 +118,12 @@ pub fn label(scenario: Scenario, round: u8) -> String {
 
 /// The seed of a phase's salts and router PRNG: a function of the round and the scenario and
 /// strategy names only, so a phase simulates the same wherever it is run from.
-pub fn phase_seed(scenario: Scenario, round: u8, strategy: &StrategySpec) -> u64 {
-    let name = format!("{scenario}/{strategy}");
+pub fn phase_seed(scenario: Scenario, round: u8, strategy: &StrategySpec, variant: u64) -> u64 {
+    let name = if variant == 0 {
+        format!("{scenario}/{strategy}")
+    } else {
+        format!("{scenario}/{strategy}/{variant}")
+    };
     mix(ROUND_SEEDS[usize::from(round.clamp(1, 2)) - 1]
         ^ xxhash_rust::xxh64::xxh64(name.as_bytes(), 0))
 }
@@ -128,7 +136,7 @@ pub fn run_phase(
     strategy: &StrategySpec,
 ) -> Result<PhaseResult, SimError> {
     let seed = ROUND_SEEDS[usize::from(round.clamp(1, 2)) - 1];
-    let phase_seed = phase_seed(scenario, round, strategy);
+    let phase_seed = phase_seed(scenario, round, strategy, cfg.variant);
     let phase = StudyPhase::new(
         scenario,
         seed,
@@ -182,7 +190,7 @@ pub fn run_phase(
     })
 }
 
-/// Simulates every phase, rows in table order (round, scenario, strategy).
+/// Simulates every phase, rows in the study table's order (scenario, round, strategy).
 pub fn run_study(cfg: &StudyConfig) -> Result<Vec<PhaseResult>, SimError> {
     let mut out = Vec::new();
     for &round in &cfg.rounds {
@@ -196,6 +204,12 @@ pub fn run_study(cfg: &StudyConfig) -> Result<Vec<PhaseResult>, SimError> {
             }
         }
     }
+    let rank = |p: &PhaseResult| {
+        ["cold", "warm", "hot50", "hot90"]
+            .iter()
+            .position(|n| *n == p.scenario.name())
+    };
+    out.sort_by_key(|p| (rank(p), p.round));
     Ok(out)
 }
 
