@@ -422,7 +422,14 @@ async fn prime(cfg: &ReplayConfig, client: &HttpClient, phase: &StudyPhase) -> V
                     .or_else(|| s.headers.get(crate::serve::REPLICA_HEADER))
                     .cloned()
                     .unwrap_or_else(|| "?".into());
-                homes.push(format!("{f}{}→{pod}", if f == 0 { "(hot)" } else { "" }));
+                homes.push(format!(
+                    "{f}{}→{pod}",
+                    if f == 0 && cfg.scenario.engine_home(0).is_some() {
+                        "(hot)"
+                    } else {
+                        ""
+                    }
+                ));
             }
             Ok(s) => notes.push(format!(
                 "priming family {f} failed: {}",
