@@ -537,3 +537,113 @@ fn fill_record(rec: &mut RequestRecord, s: Sent, expect: u32, speed: f64) {
     });
     rec.judge(&Slo::default());
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(headers: &[(&str, &str)], usage_tokens: u32) -> Sent {
+        Sent {
+            status: Some(200),
+            headers: headers
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ttft: Some(Duration::from_millis(20)),
+            last_content: Some(Duration::from_millis(147)),
+            end: Duration::from_millis(150),
+            usage: Some(
+                json!({"prompt_tokens": 100, "completion_tokens": usage_tokens, "prompt_tokens_details": {"cached_tokens": 80}}),
+            ),
+            done: true,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn records_read_the_gateway_headers_and_scale_by_the_speedup() {
+        let mut r = RequestRecord::default();
+        let d = "strategy=prefix-cache reason=prefix_match pod=vllm-b match=99% blocks=218/219 imbalance=1 load=3";
+        fill_record(
+            &mut r,
+            sent(
+                &[
+                    ("target-pod", "vllm-b"),
+                    ("x-kvroute-decision", d),
+                    ("x-kvroute-sim-replica", "b"),
+                ],
+                128,
+            ),
+            128,
+            10.0,
+        );
+        assert_eq!(r.pod.as_deref(), Some("vllm-b"));
+        assert_eq!(r.reason.as_deref(), Some("prefix_match"));
+        assert_eq!((r.match_percent, r.imbalance), (Some(99), Some(true)));
+        assert!((r.ttft_s.unwrap() - 0.2).abs() < 1e-9);
+        assert!((r.tpot_ms.unwrap() - 10.0).abs() < 1e-9); // 127 ms real × 10 / 127
+        assert!(r.success && r.within_slo);
+        assert_eq!(r.cached_tokens, Some(80));
+
+        let mut short = RequestRecord::default();
+        fill_record(
+            &mut short,
+            sent(&[("x-kvroute-sim-replica", "b")], 100),
+            128,
+            1.0,
+        );
+        assert_eq!(short.pod.as_deref(), Some("b"));
+        assert_eq!(short.reason, None);
+        assert!(!short.success && short.error.is_some());
+    }
+
+    #[test]
+    fn options_are_validated() {
+        let ok = ReplayConfig {
+            url: "http://127.0.0.1:1".into(),
+            scenario: Scenario::Cold,
+            strategies: vec![],
+            requests: 1,
+            rate: 1.0,
+            speedup: 1.0,
+            seed: 1,
+            max_tokens: 1,
+            records: None,
+            timeout_s: None,
+            direct: vec![],
+            model: "m".into(),
+            arrivals: ArrivalProcess::Uniform,
+        };
+        assert!(ok.validate().is_ok());
+        assert!(ReplayConfig {
+            url: "127.0.0.1:1".into(),
+            ..ok.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(ReplayConfig {
+            speedup: 0.0,
+            ..ok.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(ReplayConfig {
+            requests: 0,
+            ..ok.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(ReplayConfig {
+            timeout_s: Some(-1.0),
+            ..ok.clone()
+        }
+        .validate()
+        .is_err());
+        assert!(ReplayConfig {
+            direct: vec!["nope".into()],
+            ..ok
+        }
+        .validate()
+        .is_err());
+    }
+}
