@@ -119,7 +119,14 @@ pub async fn run(
         stop_rx.clone(),
     ));
 
-    let decode_limit = config.max_body_bytes.max(16 << 20) + (64 << 10);
+    // Envoy buffers up to 2 × max_body_bytes (envoy/envoy.template.yaml) and sends the body
+    // in one message: decode at least that, so kvroute answers oversized bodies with its 413
+    // instead of failing the stream. Fixed at start-up (a reload does not change it).
+    let decode_limit = config
+        .max_body_bytes
+        .saturating_mul(2)
+        .max(16 << 20)
+        .saturating_add(64 << 10);
     let ext_proc = ExternalProcessorServer::new(ExtProc::new(shared.clone()))
         .max_decoding_message_size(decode_limit);
     let incoming = TcpListenerStream::new(grpc).map(|r| {

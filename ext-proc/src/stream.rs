@@ -289,3 +289,214 @@ impl RoutedView {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+    use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+    use envoy_types::pb::envoy::service::ext_proc::v3::HttpBody;
+
+    use super::*;
+    use crate::config::{build, parse_toml, Overrides};
+    use crate::env::EnvSnapshot;
+
+    fn shared() -> Arc<Shared> {
+        let text = "[routing]\nseed = 3\n[limits]\nmax_body_bytes = 1000\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]";
+        let c = build(
+            parse_toml(text, std::path::Path::new("t")).unwrap(),
+            &EnvSnapshot::default(),
+            &Overrides::default(),
+            0,
+        )
+        .unwrap();
+        Shared::new(&c, &mut prometheus_client::registry::Registry::default()).unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)], end_of_stream: bool) -> ProcessingRequest {
+        let headers = pairs
+            .iter()
+            .map(|(k, v)| HeaderValue {
+                key: (*k).into(),
+                raw_value: v.as_bytes().to_vec(),
+                ..Default::default()
+            })
+            .collect();
+        let h = HttpHeaders {
+            headers: Some(HeaderMap { headers }),
+            end_of_stream,
+            ..Default::default()
+        };
+        ProcessingRequest {
+            request: Some(Request::RequestHeaders(h)),
+            ..Default::default()
+        }
+    }
+
+    fn body(b: &str) -> ProcessingRequest {
+        let b = HttpBody {
+            body: b.as_bytes().to_vec(),
+            end_of_stream: true,
+            ..Default::default()
+        };
+        ProcessingRequest {
+            request: Some(Request::RequestBody(b)),
+            ..Default::default()
+        }
+    }
+
+    fn response_headers(status: &str) -> ProcessingRequest {
+        let mut r = headers(&[(":status", status)], false);
+        if let Some(Request::RequestHeaders(h)) = r.request.take() {
+            r.request = Some(Request::ResponseHeaders(h));
+        }
+        r
+    }
+
+    fn in_flight(s: &Shared) -> u32 {
+        s.router.lock().pods().iter().map(|p| p.in_flight).sum()
+    }
+
+    #[test]
+    fn post_is_routed_on_the_body_and_released_on_drop() {
+        let sh = shared();
+        let mut st = StreamState::new(sh.clone());
+        let r = st
+            .on_message(headers(
+                &[(":path", "/v1/completions"), ("x-request-id", "r1")],
+                false,
+            ))
+            .unwrap();
+        assert!(
+            matches!(r.response, Some(Response::RequestHeaders(_))) && r.dynamic_metadata.is_none()
+        );
+        let r = st
+            .on_message(body(r#"{"model":"m","prompt":"hello"}"#))
+            .unwrap();
+        assert!(
+            matches!(r.response, Some(Response::RequestBody(_))) && r.dynamic_metadata.is_some()
+        );
+        assert_eq!(in_flight(&sh), 1);
+        let Some(Response::ResponseHeaders(h)) =
+            st.on_message(response_headers("200")).unwrap().response
+        else {
+            panic!("no response-headers reply")
+        };
+        let keys: Vec<String> = h
+            .response
+            .unwrap()
+            .header_mutation
+            .unwrap()
+            .set_headers
+            .into_iter()
+            .map(|o| o.header.unwrap().key)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "target-pod",
+                "target-pod-ip",
+                "routing-strategy",
+                "x-kvroute-decision",
+                "request-id"
+            ]
+        );
+        drop(st);
+        assert_eq!(in_flight(&sh), 0);
+        assert_eq!(
+            sh.router
+                .lock()
+                .stats()
+                .tickets
+                .completed
+                .iter()
+                .sum::<u64>(),
+            1
+        );
+    }
+
+    #[test]
+    fn get_is_routed_in_the_header_phase() {
+        let sh = shared();
+        let mut st = StreamState::new(sh.clone());
+        let r = st
+            .on_message(headers(&[(":path", "/v1/models")], true))
+            .unwrap();
+        assert!(
+            matches!(r.response, Some(Response::RequestHeaders(_))) && r.dynamic_metadata.is_some()
+        );
+        assert_eq!(in_flight(&sh), 1);
+        drop(st);
+        assert_eq!(in_flight(&sh), 0);
+    }
+
+    #[test]
+    fn rejections_take_no_ticket_and_end_the_exchange() {
+        let sh = shared();
+        let cases: Vec<(Vec<ProcessingRequest>, u16)> = vec![
+            (
+                vec![headers(
+                    &[(":path", "/v1/completions"), ("routing-strategy", "nope")],
+                    false,
+                )],
+                400,
+            ),
+            (
+                vec![headers(
+                    &[(":path", "/v1/completions"), ("content-length", "5000")],
+                    false,
+                )],
+                413,
+            ),
+            (
+                vec![headers(&[(":path", "/v1/completions")], false), body("{")],
+                400,
+            ),
+            (
+                vec![
+                    headers(&[(":path", "/v1/completions")], false),
+                    body(r#"{"model":"x"}"#),
+                ],
+                400,
+            ),
+            (
+                vec![
+                    headers(&[(":path", "/v1/chat/completions")], false),
+                    body(r#"{"model":"m"}"#),
+                ],
+                400,
+            ),
+        ];
+        for (msgs, status) in cases {
+            let mut st = StreamState::new(sh.clone());
+            let last = msgs
+                .into_iter()
+                .filter_map(|m| st.on_message(m))
+                .last()
+                .unwrap();
+            let Some(Response::ImmediateResponse(i)) = last.response else {
+                panic!("not rejected")
+            };
+            assert_eq!(i.status.unwrap().code, i32::from(status));
+            assert!(
+                st.on_message(response_headers("200")).is_none(),
+                "replied after a rejection"
+            );
+            assert_eq!(in_flight(&sh), 0);
+        }
+        assert_eq!(sh.router.lock().stats().tickets.issued, 0);
+    }
+
+    #[test]
+    fn upstream_5xx_marks_the_ticket_failed() {
+        let sh = shared();
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(headers(&[(":path", "/v1/models")], true));
+        st.on_message(response_headers("503"));
+        drop(st);
+        assert_eq!(
+            sh.router.lock().stats().tickets.completed[2],
+            1,
+            "failed outcome"
+        );
+    }
+}
