@@ -96,6 +96,12 @@ struct StudyArgs {
     /// Arrival spacing: uniform (the study's) or poisson.
     #[arg(long, default_value = "uniform")]
     arrivals: String,
+    /// Do not pass engine snapshots (5 s gauge samples) to the router.
+    #[arg(long)]
+    no_engine_snapshots: bool,
+    /// The per-pod capacity told to the router (default: --max-num-seqs); least-ttft uses it.
+    #[arg(long)]
+    router_max_seqs: Option<u32>,
     /// Write records (JSONL), the summary (JSON) and one SVG plot per scenario here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -305,6 +311,22 @@ fn replay_cmd(a: ReplayArgs) -> ExitCode {
         if !a.quiet {
             print!("{}", crate::report::request_table(&p.records));
         }
+        let mut reasons = std::collections::BTreeMap::<&str, usize>::new();
+        for r in &p.records {
+            *reasons
+                .entry(r.reason.as_deref().unwrap_or("-"))
+                .or_default() += 1;
+        }
+        let reasons: Vec<String> = reasons.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let imbalance = p
+            .records
+            .iter()
+            .filter(|r| r.imbalance == Some(true))
+            .count();
+        println!(
+            "reasons (x-kvroute-decision) {} · imbalance flagged {imbalance}",
+            reasons.join(" ")
+        );
         let failed: Vec<_> = p.records.iter().filter(|r| !r.success).collect();
         if let Some(r) = failed.first() {
             println!(
@@ -349,6 +371,8 @@ fn study_cmd(a: StudyArgs) -> ExitCode {
         engine: a.engine.config(),
         variant: a.variant,
         arrivals,
+        observe_engines: !a.no_engine_snapshots,
+        router_max_seqs: a.router_max_seqs,
         ..Default::default()
     };
     if let Err(e) = cfg.engine.validate() {

@@ -8,8 +8,9 @@
 //!   strategies see are the real in-flight counts.
 //! - The client holds at most `client_cap` requests in flight; an arrival beyond it is sent when
 //!   a slot frees (TTFT counts from the actual send).
-//! - Every `sample_every_us` the engines' running/waiting gauges are sampled and passed to the
-//!   router as engine snapshots ([`Router::observe_engine`]), as a metrics scraper would.
+//! - Every `sample_every_us` the engines' running/waiting gauges are sampled and (unless
+//!   `observe_engines` is off) passed to the router as engine snapshots
+//!   ([`Router::observe_engine`]), as a metrics scraper would.
 //! - Events at the same instant: step ends first (engine order), then sends, then the sample.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -45,6 +46,12 @@ pub struct ClusterConfig {
     /// Time from a request's send (and routing) to its arrival in the engine's queue, µs: the
     /// gateway, the HTTP hops and the API server's tokenization. It adds to TTFT and E2E.
     pub overhead_us: u64,
+    /// Whether the gauge samples are passed to the router as engine snapshots (a shell that
+    /// scrapes `/metrics`); off = the router knows only what it routed.
+    pub observe_engines: bool,
+    /// The per-pod capacity told to the router ([`Router::set_pod_capacity`], used by
+    /// `least-ttft`); `None` = the engines' `max_num_seqs`, as a shell that knows its pods would.
+    pub router_max_seqs: Option<u32>,
 }
 
 impl Default for ClusterConfig {
@@ -58,6 +65,8 @@ impl Default for ClusterConfig {
             slo: Slo::default(),
             sample_every_us: 5_000_000,
             overhead_us: 0,
+            observe_engines: true,
+            router_max_seqs: None,
         }
     }
 }
@@ -170,7 +179,10 @@ impl Cluster {
                     ready: true,
                 },
             )?;
-            router.set_pod_capacity(id, config.engine.max_num_seqs)?;
+            router.set_pod_capacity(
+                id,
+                config.router_max_seqs.unwrap_or(config.engine.max_num_seqs),
+            )?;
             pod_ids.push(id);
             engines.push(Engine::new(config.engine)?);
         }
@@ -246,7 +258,9 @@ impl Cluster {
                 prefix_queries: Some(c.prefix_cache_queries),
                 prefix_hits: Some(c.prefix_cache_hits),
             };
-            let _ = self.router.observe_engine(id, snap, ts(now_us));
+            if self.config.observe_engines {
+                let _ = self.router.observe_engine(id, snap, ts(now_us));
+            }
         }
         samples.push(GaugeSample {
             t_s: now_us as f64 / 1e6,

@@ -46,6 +46,10 @@ pub struct StudyConfig {
     /// 0 = the study's salts and router seeds; another value draws others (the family order
     /// stays the round's).
     pub variant: u64,
+    /// Whether the router gets engine snapshots every 5 simulated seconds.
+    pub observe_engines: bool,
+    /// The per-pod capacity told to the router (`None` = the engine's `max_num_seqs`).
+    pub router_max_seqs: Option<u32>,
 }
 
 impl Default for StudyConfig {
@@ -63,6 +67,8 @@ impl Default for StudyConfig {
             rounds: vec![1, 2],
             scenarios: None,
             variant: 0,
+            observe_engines: true,
+            router_max_seqs: None,
         }
     }
 }
@@ -152,6 +158,8 @@ pub fn run_phase(
             seed: phase_seed,
             ..RouterConfig::default()
         },
+        observe_engines: cfg.observe_engines,
+        router_max_seqs: cfg.router_max_seqs,
         ..ClusterConfig::default()
     };
     let pods = cluster_cfg.pods.clone();
