@@ -199,6 +199,8 @@ impl StreamState {
         Ok(respond::route_in_body(&to.as_route_to()))
     }
 
+    /// Hashes `prompt` outside the router lock, then routes under it. A reload that changes
+    /// the hashing between the two locks only costs this request its prefix match.
     fn route(&mut self, model: &str, prompt: &[u8]) -> Result<RoutedView, Reject> {
         let hash = self.shared.router.lock().hash_config();
         let hashes = hash.hashes(prompt);
