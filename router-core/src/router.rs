@@ -155,6 +155,34 @@ impl Router {
         Ok(pod)
     }
 
+    /// Registers a model with no pods yet: requests for it get [`RouteError::NoReadyPod`]
+    /// (AIBrix's 503) rather than [`RouteError::UnknownModel`] (400). Idempotent.
+    pub fn add_model(&mut self, model: &str) -> Result<ModelId, RegistryError> {
+        self.intern_model(model)
+    }
+
+    /// Writes the prompt's blocks to the index under `pod` for `model` at `now`, without routing
+    /// a request (no ticket, no in-flight change): for recording where a prompt is known to be
+    /// cached, such as engine warm-up or an external placement.
+    pub fn record_prefix(
+        &mut self,
+        model: &str,
+        pod: PodId,
+        hashes: &[BlockHash],
+        now: Timestamp,
+    ) -> Result<(), RegistryError> {
+        let now = self.clock(now);
+        let m = self
+            .registry
+            .model_id(model)
+            .ok_or_else(|| RegistryError::UnknownModel(model.to_owned()))?;
+        if !self.registry.pod(pod)?.models.contains(&m) {
+            return Err(RegistryError::UnknownModel(model.to_owned()));
+        }
+        self.index.insert(m, pod, hashes, now);
+        Ok(())
+    }
+
     /// Adds the pod or updates its address and readiness, keeping its in-flight count and
     /// models.
     pub fn upsert_pod(&mut self, spec: PodSpec<'_>) -> Result<PodId, RegistryError> {

@@ -578,3 +578,46 @@ fn engine_snapshots_show_load_from_other_routers_until_stale() {
         .observe_engine(kvroute_core::PodId::from_u32(77), busy, t(0))
         .is_err());
 }
+
+#[test]
+fn models_without_pods_and_recorded_prefixes() {
+    let mut r = Router::new(cfg()).unwrap();
+    r.add_model(MODEL).unwrap();
+    assert_eq!(
+        r.route(RouteRequest::new(MODEL, &[]), t(0)).unwrap_err(),
+        RouteError::NoReadyPod
+    );
+    let a = r
+        .add_pod(
+            MODEL,
+            PodSpec {
+                name: "a",
+                address: "10.0.0.1:1",
+                ready: true,
+            },
+        )
+        .unwrap();
+    let b = r
+        .add_pod(
+            MODEL,
+            PodSpec {
+                name: "b",
+                address: "10.0.0.2:1",
+                ready: true,
+            },
+        )
+        .unwrap();
+    let h = r.hash_config().hashes(&[b'p'; 640]);
+    r.record_prefix(MODEL, b, &h, t(0)).unwrap();
+    assert_eq!(r.open_tickets(), 0);
+    assert_eq!(r.in_flight(b), Some(0));
+    let d = r.route(RouteRequest::new(MODEL, &h), t(1)).unwrap();
+    assert_eq!(
+        (d.pod, d.reason, d.match_percent),
+        (b, Reason::PrefixMatch, 100)
+    );
+    assert!(matches!(
+        r.record_prefix("other", a, &h, t(2)),
+        Err(RegistryError::UnknownModel(_))
+    ));
+}
