@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kvroute_core::{RouterConfig, StrategySpec};
+use kvroute_core::{RouterConfig, StrategySpec, TtftConfig};
 use serde::Deserialize;
 
 use crate::env::{EnvError, EnvSnapshot};
@@ -23,6 +23,10 @@ pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 pub const DEFAULT_MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
 /// Default time in-flight streams get to finish after SIGTERM.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Default time between two scrapes of a pod's engine metrics.
+pub const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_millis(1000);
+/// Default time one scrape may take.
+pub const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Why a configuration was rejected. On reload the old configuration stays in force.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +86,12 @@ pub struct FileConfig {
     /// `[limits]`
     #[serde(default)]
     pub limits: LimitsSection,
+    /// `[ttft]`: the `least-ttft` model's engine facts and priors.
+    #[serde(default)]
+    pub ttft: TtftSection,
+    /// `[engine_metrics]`: scraping the pods' vLLM `/metrics`.
+    #[serde(default)]
+    pub engine_metrics: EngineMetricsSection,
     /// `[models.<name>]`: the pods serving each model.
     #[serde(default)]
     pub models: BTreeMap<String, ModelSection>,
@@ -139,6 +149,67 @@ pub struct LimitsSection {
     pub shutdown_grace_secs: Option<u64>,
 }
 
+/// `[ttft]`: [`kvroute_core::TtftConfig`] field by field; an absent key keeps the core's
+/// default (see `router-core/src/ttft.rs` for the model and every parameter).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TtftSection {
+    /// The engine's KV block size in tokens (vLLM `--block-size`; default 16).
+    pub engine_block_tokens: Option<u32>,
+    /// Default concurrent sequences per pod (vLLM `--max-num-seqs`; default 256); a pod's
+    /// `max_seqs` overrides it.
+    pub max_seqs: Option<u32>,
+    /// Prior prompt bytes per token (default 4.0).
+    pub bytes_per_token: Option<f64>,
+    /// Prior prefill throughput per pod, tokens/s (default 3,000).
+    pub prefill_tokens_per_s: Option<f64>,
+    /// Prior time per output token, ms (default 50).
+    pub tpot_ms: Option<f64>,
+    /// Prior fixed part of TTFT, ms (default 50).
+    pub overhead_ms: Option<f64>,
+    /// Prior expected output tokens per request (default 128).
+    pub output_tokens: Option<f64>,
+    /// EWMA weight of one sample, in (0, 1] (default 0.2).
+    pub learning_rate: Option<f64>,
+    /// Samples are clamped to within this factor of the estimate (default 3).
+    pub max_sample_ratio: Option<f64>,
+    /// Engine snapshots older than this are ignored, ms (default 2,000).
+    pub snapshot_max_age_ms: Option<u64>,
+    /// Predictions closer than this tie, ms (default 1).
+    pub tie_ms: Option<f64>,
+}
+
+impl TtftSection {
+    /// The core's configuration: each present key over [`TtftConfig::default`]. Validation is
+    /// the core's ([`RouterConfig::validate`]).
+    pub fn to_core(&self) -> TtftConfig {
+        let d = TtftConfig::default();
+        TtftConfig {
+            bytes_per_token: self.bytes_per_token.unwrap_or(d.bytes_per_token),
+            engine_block_tokens: self.engine_block_tokens.unwrap_or(d.engine_block_tokens),
+            max_seqs: self.max_seqs.unwrap_or(d.max_seqs),
+            prefill_tokens_per_s: self.prefill_tokens_per_s.unwrap_or(d.prefill_tokens_per_s),
+            tpot_ms: self.tpot_ms.unwrap_or(d.tpot_ms),
+            overhead_ms: self.overhead_ms.unwrap_or(d.overhead_ms),
+            output_tokens: self.output_tokens.unwrap_or(d.output_tokens),
+            learning_rate: self.learning_rate.unwrap_or(d.learning_rate),
+            max_sample_ratio: self.max_sample_ratio.unwrap_or(d.max_sample_ratio),
+            snapshot_max_age_ms: self.snapshot_max_age_ms.unwrap_or(d.snapshot_max_age_ms),
+            tie_ms: self.tie_ms.unwrap_or(d.tie_ms),
+        }
+    }
+}
+
+/// `[engine_metrics]`: how each pod's `http://<address>/metrics` is scraped.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineMetricsSection {
+    /// Time between two scrapes of a pod, ms (default 1,000; 0 turns scraping off).
+    pub scrape_interval_ms: Option<u64>,
+    /// Time one scrape may take, ms (default 500).
+    pub scrape_timeout_ms: Option<u64>,
+}
+
 /// `[models.<name>]`
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -156,6 +227,10 @@ pub struct PodEntry {
     pub name: String,
     /// `ip:port` (an IP literal, as Envoy's ORIGINAL_DST cluster requires).
     pub address: String,
+    /// The pod's engine capacity in concurrent sequences (vLLM `--max-num-seqs`) for
+    /// `least-ttft`; default `[ttft] max_seqs`.
+    #[serde(default)]
+    pub max_seqs: Option<u32>,
 }
 
 /// Values given on the command line; they win over the file and the environment.
@@ -194,6 +269,10 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// Grace period after SIGTERM.
     pub shutdown_grace: Duration,
+    /// Time between two scrapes of a pod's `/metrics`; `None` = scraping off.
+    pub scrape_interval: Option<Duration>,
+    /// Time one scrape may take.
+    pub scrape_timeout: Duration,
 }
 
 impl Config {
@@ -287,7 +366,7 @@ pub fn build(
             .standard_deviation_factor
             .unwrap_or(defaults.stddev_factor),
         default_strategy,
-        ..defaults
+        ttft: file.ttft.to_core(),
     };
     router.validate()?;
 
@@ -302,6 +381,20 @@ pub fn build(
     }
     let grace = o.shutdown_grace_secs.or(file.limits.shutdown_grace_secs);
     let shutdown_grace = grace.map_or(DEFAULT_SHUTDOWN_GRACE, Duration::from_secs);
+
+    let em = &file.engine_metrics;
+    let interval_ms = em
+        .scrape_interval_ms
+        .unwrap_or(DEFAULT_SCRAPE_INTERVAL.as_millis() as u64);
+    let scrape_interval = (interval_ms > 0).then(|| Duration::from_millis(interval_ms));
+    let scrape_timeout = em
+        .scrape_timeout_ms
+        .map_or(DEFAULT_SCRAPE_TIMEOUT, Duration::from_millis);
+    if scrape_timeout.is_zero() {
+        return Err(ConfigError::Limit(
+            "engine_metrics.scrape_timeout_ms must be at least 1".into(),
+        ));
+    }
 
     validate_models(&file.models)?;
     let models: BTreeMap<String, Vec<PodEntry>> =
@@ -329,6 +422,8 @@ pub fn build(
         models,
         max_body_bytes,
         shutdown_grace,
+        scrape_interval,
+        scrape_timeout,
     })
 }
 
@@ -339,6 +434,7 @@ fn parse_addr(s: &str) -> SocketAddr {
 
 fn validate_models(models: &BTreeMap<String, ModelSection>) -> Result<(), ConfigError> {
     let mut addresses: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut capacities: BTreeMap<&str, Option<u32>> = BTreeMap::new();
     for (model, section) in models {
         if model.is_empty() {
             return Err(ConfigError::Pods("empty model name".into()));
@@ -361,6 +457,20 @@ fn validate_models(models: &BTreeMap<String, ModelSection>) -> Result<(), Config
                     "model {model:?}: pod {:?} listed twice",
                     pod.name
                 )));
+            }
+            if pod.max_seqs == Some(0) {
+                return Err(ConfigError::Pods(format!(
+                    "model {model:?}: pod {:?} max_seqs must be at least 1",
+                    pod.name
+                )));
+            }
+            if let Some(prev) = capacities.insert(pod.name.as_str(), pod.max_seqs) {
+                if prev != pod.max_seqs {
+                    return Err(ConfigError::Pods(format!(
+                        "pod {:?} has two max_seqs ({prev:?} and {:?})",
+                        pod.name, pod.max_seqs
+                    )));
+                }
             }
             if let Some(prev) = addresses.insert(pod.name.as_str(), pod.address.as_str()) {
                 if prev != pod.address {
@@ -465,6 +575,62 @@ mod tests {
                 &[],
                 Overrides::default()
             ),
+            Err(ConfigError::Pods(_))
+        ));
+    }
+
+    #[test]
+    fn ttft_section_maps_to_the_core_with_its_defaults() {
+        let c = load("", &[], Overrides::default()).unwrap();
+        assert_eq!(c.router.ttft, TtftConfig::default());
+        assert_eq!(c.scrape_interval, Some(DEFAULT_SCRAPE_INTERVAL));
+        assert_eq!(c.scrape_timeout, DEFAULT_SCRAPE_TIMEOUT);
+        let text = "[routing]\ndefault_strategy = \"least-ttft\"\n[ttft]\nengine_block_tokens = 1568\nmax_seqs = 8\ntpot_ms = 57.5\nsnapshot_max_age_ms = 500\n[engine_metrics]\nscrape_interval_ms = 0\n[models.m]\npods = [{ name = \"a\", address = \"127.0.0.1:1\", max_seqs = 4 }]";
+        let c = load(text, &[], Overrides::default()).unwrap();
+        assert_eq!(c.default_strategy_text, "least-ttft");
+        let t = &c.router.ttft;
+        assert_eq!((t.engine_block_tokens, t.max_seqs), (1568, 8));
+        assert_eq!((t.tpot_ms, t.snapshot_max_age_ms), (57.5, 500));
+        assert_eq!(
+            t.prefill_tokens_per_s,
+            TtftConfig::default().prefill_tokens_per_s
+        );
+        assert_eq!(c.scrape_interval, None);
+        assert_eq!(c.models["m"][0].max_seqs, Some(4));
+
+        for bad in [
+            "[ttft]\nmax_seqs = 0",
+            "[ttft]\nlearning_rate = 1.5",
+            "[ttft]\nprefill_tokens_per_s = -1.0",
+        ] {
+            assert!(
+                matches!(
+                    load(bad, &[], Overrides::default()),
+                    Err(ConfigError::Router(_))
+                ),
+                "{bad}"
+            );
+        }
+        assert!(matches!(
+            load("[ttft]\nbogus = 1", &[], Overrides::default()),
+            Err(ConfigError::Toml { .. })
+        ));
+        assert!(matches!(
+            load(
+                "[engine_metrics]\nscrape_timeout_ms = 0",
+                &[],
+                Overrides::default()
+            ),
+            Err(ConfigError::Limit(_))
+        ));
+        let zero = "[models.m]\npods = [{ name = \"a\", address = \"127.0.0.1:1\", max_seqs = 0 }]";
+        assert!(matches!(
+            load(zero, &[], Overrides::default()),
+            Err(ConfigError::Pods(_))
+        ));
+        let two = "[models.m1]\npods = [{ name = \"a\", address = \"127.0.0.1:1\", max_seqs = 2 }]\n[models.m2]\npods = [{ name = \"a\", address = \"127.0.0.1:1\" }]";
+        assert!(matches!(
+            load(two, &[], Overrides::default()),
             Err(ConfigError::Pods(_))
         ));
     }

@@ -102,7 +102,9 @@ impl Shared {
 
     /// Applies a validated configuration to the running router without losing in-flight
     /// state: router parameters via `reconfigure`; pods added, updated, detached from models
-    /// they no longer serve, or removed (their open tickets become orphans the core accepts).
+    /// they no longer serve, or removed (their open tickets become orphans the core accepts);
+    /// every pod's engine capacity set (its `max_seqs`, else `[ttft] max_seqs`); every
+    /// configured model registered, so one without pods answers 503 rather than 400.
     /// On a router error nothing of the request settings changes; pod changes applied before
     /// the error stay (they were individually valid).
     pub fn apply(&self, config: &Config) -> Result<(), ApplyError> {
@@ -110,8 +112,10 @@ impl Shared {
         router.reconfigure(config.router.clone())?;
         let mut wanted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for (model, pods) in &config.models {
+            // A configured model without pods answers 503 (no ready pod), not 400.
+            router.add_model(model)?;
             for pod in pods {
-                router.add_pod(
+                let id = router.add_pod(
                     model,
                     PodSpec {
                         name: &pod.name,
@@ -119,6 +123,8 @@ impl Shared {
                         ready: true,
                     },
                 )?;
+                let max_seqs = pod.max_seqs.unwrap_or(config.router.ttft.max_seqs);
+                router.set_pod_capacity(id, max_seqs)?;
                 wanted
                     .entry(pod.name.as_str())
                     .or_default()

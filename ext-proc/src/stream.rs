@@ -489,6 +489,41 @@ mod tests {
     }
 
     #[test]
+    fn a_model_without_pods_answers_503_and_capacities_follow_reloads() {
+        let text = |cap: &str| {
+            format!("[ttft]\nmax_seqs = 8\n[models.empty]\npods = []\n[models.m]\npods = [{{ name = \"a\", address = \"10.0.0.1:80\"{cap} }}]")
+        };
+        let cfg = |t: &str| {
+            build(
+                parse_toml(t, std::path::Path::new("t")).unwrap(),
+                &EnvSnapshot::default(),
+                &Overrides::default(),
+                0,
+            )
+            .unwrap()
+        };
+        let sh = Shared::new(
+            &cfg(&text(", max_seqs = 3")),
+            &mut prometheus_client::registry::Registry::default(),
+        )
+        .unwrap();
+        let max_seqs = |sh: &Shared| sh.router.lock().pods()[0].max_seqs;
+        assert_eq!(max_seqs(&sh), 3);
+        sh.apply(&cfg(&text(""))).unwrap();
+        assert_eq!(max_seqs(&sh), 8, "a removed override falls back to [ttft]");
+
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(headers(&[(":path", "/v1/completions")], false));
+        let r = st
+            .on_message(body(r#"{"model":"empty","prompt":"hi"}"#))
+            .unwrap();
+        let Some(Response::ImmediateResponse(i)) = r.response else {
+            panic!("not rejected")
+        };
+        assert_eq!(i.status.unwrap().code, 503);
+    }
+
+    #[test]
     fn upstream_5xx_marks_the_ticket_failed() {
         let sh = shared();
         let mut st = StreamState::new(sh.clone());
