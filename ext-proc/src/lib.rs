@@ -14,7 +14,7 @@
 //! Modules: [`service`] (gRPC service) → [`stream`] (per-request state machine) →
 //! [`extract`] (prompt), [`respond`] (replies), [`ticket_guard`] (exactly-once release);
 //! [`shared`] (router + settings), [`metrics`], [`admin`], [`maintenance`] (router timers),
-//! [`reload`] (SIGHUP / file change), [`shutdown`], [`envoy_config`] (Envoy YAML).
+//! [`reload`] (SIGHUP / file change), [`scrape`] (engine `/metrics` → the core), [`shutdown`], [`envoy_config`] (Envoy YAML).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -29,6 +29,7 @@ pub mod maintenance;
 pub mod metrics;
 pub mod reload;
 pub mod respond;
+pub mod scrape;
 pub mod service;
 pub mod shared;
 pub mod shutdown;
@@ -112,6 +113,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
     tokio::spawn(maintenance::run(shared.clone(), stop_rx.clone()));
+    tokio::spawn(scrape::run(shared.clone(), stop_rx.clone()));
     tokio::spawn(reload::run(
         source,
         shared.clone(),

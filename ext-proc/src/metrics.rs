@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use kvroute_core::{Outcome, Reason, Router, MATCH_BUCKETS};
+use kvroute_core::{EngineSnapshot, Outcome, Reason, Router, MATCH_BUCKETS};
 use parking_lot::Mutex;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -17,6 +17,8 @@ use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+
+use crate::scrape::EngineTable;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -34,11 +36,16 @@ pub struct Metrics {
     stream_ends: Family<Labels, Counter>,
     release_errors: Counter,
     reloads: Family<Labels, Counter>,
+    scrape_errors: Family<Labels, Counter>,
 }
 
 impl Metrics {
     /// Creates the metrics and registers them (and a [`RouterCollector`] over `router`).
-    pub fn register(registry: &mut Registry, router: Arc<Mutex<Router>>) -> Metrics {
+    pub fn register(
+        registry: &mut Registry,
+        router: Arc<Mutex<Router>>,
+        engines: EngineTable,
+    ) -> Metrics {
         let m = Metrics {
             routing_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             rejects: Family::default(),
@@ -46,6 +53,7 @@ impl Metrics {
             stream_ends: Family::default(),
             release_errors: Counter::default(),
             reloads: Family::default(),
+            scrape_errors: Family::default(),
         };
         registry.register(
             "aibrix_prefix_cache_routing_latency_seconds",
@@ -77,7 +85,12 @@ impl Metrics {
             "Configuration reloads, by result",
             m.reloads.clone(),
         );
-        registry.register_collector(Box::new(RouterCollector { router }));
+        registry.register(
+            "kvroute_engine_scrape_errors",
+            "Failed scrapes of a pod's engine /metrics (timeout, connection, status, no vLLM metrics)",
+            m.scrape_errors.clone(),
+        );
+        registry.register_collector(Box::new(RouterCollector { router, engines }));
         m
     }
 
@@ -115,6 +128,13 @@ impl Metrics {
         self.release_errors.inc();
     }
 
+    /// A scrape of `pod`'s engine metrics failed.
+    pub fn scrape_error(&self, pod: &str) {
+        self.scrape_errors
+            .get_or_create(&vec![("pod", pod.to_owned())])
+            .inc();
+    }
+
     /// A reload finished (`result`: ok, error).
     pub fn reloaded(&self, result: &'static str) {
         self.reloads
@@ -127,6 +147,7 @@ impl Metrics {
 #[derive(Debug)]
 pub struct RouterCollector {
     router: Arc<Mutex<Router>>,
+    engines: EngineTable,
 }
 
 fn counter(
@@ -253,6 +274,61 @@ impl prometheus_client::collector::Collector for RouterCollector {
             "kvroute_pod_routed",
             "Requests routed to the pod",
             &pod_routed,
+        )?;
+
+        let predicted: Vec<_> = stats
+            .pods
+            .iter()
+            .map(|p| (kv(&[("pod", &p.name)]), p.predicted_hit_tokens))
+            .collect();
+        counter(
+            &mut enc,
+            "kvroute_prefix_predicted_hit_tokens",
+            "Prompt tokens the TTFT model predicted the pod's engine would serve from its prefix cache (compare with kvroute_engine_prefix_cache_hits_total)",
+            &predicted,
+        )?;
+        // The router lock is released (stats() returned): take the engine table now.
+        let engines: Vec<_> = self
+            .engines
+            .lock()
+            .iter()
+            .map(|(pod, s)| (pod.clone(), *s))
+            .collect();
+        let rows = |f: &dyn Fn(&EngineSnapshot) -> Option<u64>| -> Vec<(Labels, u64)> {
+            engines
+                .iter()
+                .filter_map(|(pod, s)| Some((kv(&[("pod", pod)]), f(s)?)))
+                .collect()
+        };
+        let grows = |f: &dyn Fn(&EngineSnapshot) -> u32| -> Vec<(Labels, i64)> {
+            engines
+                .iter()
+                .map(|(pod, s)| (kv(&[("pod", pod)]), i64::from(f(s))))
+                .collect()
+        };
+        counter(
+            &mut enc,
+            "kvroute_engine_prefix_cache_hits",
+            "The engine's vllm:prefix_cache_hits_total (tokens) at the last good scrape",
+            &rows(&|s| s.prefix_hits),
+        )?;
+        counter(
+            &mut enc,
+            "kvroute_engine_prefix_cache_queries",
+            "The engine's vllm:prefix_cache_queries_total (tokens) at the last good scrape",
+            &rows(&|s| s.prefix_queries),
+        )?;
+        gauge(
+            &mut enc,
+            "kvroute_engine_requests_running",
+            "The engine's vllm:num_requests_running at the last good scrape",
+            &grows(&|s| s.running),
+        )?;
+        gauge(
+            &mut enc,
+            "kvroute_engine_requests_waiting",
+            "The engine's vllm:num_requests_waiting at the last good scrape",
+            &grows(&|s| s.waiting),
         )?;
 
         let t = &stats.tickets;

@@ -14,6 +14,7 @@ use prometheus_client::registry::Registry;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
+use crate::scrape::EngineTable;
 
 /// The settings a request reads, swapped as a whole on reload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +25,10 @@ pub struct RequestSettings {
     pub default_strategy_text: String,
     /// Model for requests without a body.
     pub default_model: Option<String>,
+    /// Time between two engine metrics scrapes; `None` = off.
+    pub scrape_interval: Option<std::time::Duration>,
+    /// Time one scrape may take.
+    pub scrape_timeout: std::time::Duration,
 }
 
 impl RequestSettings {
@@ -35,6 +40,8 @@ impl RequestSettings {
                 .default_model
                 .clone()
                 .or_else(|| c.models.keys().next().cloned()),
+            scrape_interval: c.scrape_interval,
+            scrape_timeout: c.scrape_timeout,
         }
     }
 }
@@ -58,6 +65,9 @@ pub struct Shared {
     pub router: Arc<Mutex<Router>>,
     /// Live metrics.
     pub metrics: Metrics,
+    /// The latest engine snapshot per pod name, written by [`crate::scrape`]. Never lock it
+    /// while holding the router lock's guard across it (take them one after the other).
+    pub engines: EngineTable,
     start: tokio::time::Instant,
     settings: RwLock<Arc<RequestSettings>>,
     ready: AtomicBool,
@@ -67,10 +77,12 @@ impl Shared {
     /// Builds the router from `config`, registers metrics, and adds the configured pods.
     pub fn new(config: &Config, registry: &mut Registry) -> Result<Arc<Shared>, ApplyError> {
         let router = Arc::new(Mutex::new(Router::new(config.router.clone())?));
-        let metrics = Metrics::register(registry, router.clone());
+        let engines = EngineTable::default();
+        let metrics = Metrics::register(registry, router.clone(), engines.clone());
         let shared = Shared {
             router,
             metrics,
+            engines,
             start: tokio::time::Instant::now(),
             settings: RwLock::new(Arc::new(RequestSettings::from_config(config))),
             ready: AtomicBool::new(false),

@@ -556,3 +556,43 @@ fn sigterm_drains_in_flight_streams() {
         .expect("kvroute-ext-proc did not exit after draining");
     assert!(status.success(), "{status:?}");
 }
+
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn engine_metrics_are_scraped_and_a_dead_pod_only_counts_errors() {
+    // A second model served by a pod nobody listens on: its scrapes fail.
+    let extra = "[engine_metrics]\nscrape_interval_ms = 100\nscrape_timeout_ms = 200\n\
+                 [models.other]\npods = [{ name = \"dead\", address = \"127.0.0.1:9\" }]\n";
+    let s = Stack::start("scrape", extra, true);
+    let p = prompt("family-scrape", 1, 8_000);
+    let r = s.post("/v1/completions", &[], &completion("study", &p, 4, false));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let pod = replica(&r);
+    // The engine that served the prompt reports prefix-cache queries; kvroute re-exports them.
+    let queries = format!("kvroute_engine_prefix_cache_queries_total{{pod=\"{pod}\"}}");
+    let text = wait_for(Duration::from_secs(10), || {
+        let m = s.ext.metrics();
+        (metric_sum(&m, &queries) > 0
+            && metric_sum(&m, "kvroute_engine_scrape_errors_total{pod=\"dead\"}") >= 2)
+            .then_some(m)
+    })
+    .unwrap_or_else(|| panic!("no scraped engine metrics:\n{}", s.ext.metrics()));
+    for sim in &s.sims {
+        for name in [
+            "kvroute_engine_requests_running",
+            "kvroute_engine_requests_waiting",
+            "kvroute_engine_prefix_cache_hits_total",
+            "kvroute_prefix_predicted_hit_tokens_total",
+        ] {
+            let line = format!("{name}{{pod=\"{}\"}}", sim.name);
+            assert!(text.contains(&line), "{line} missing:\n{text}");
+        }
+        let errors = format!("kvroute_engine_scrape_errors_total{{pod=\"{}\"}}", sim.name);
+        assert_eq!(metric_sum(&text, &errors), 0, "{text}");
+    }
+    assert!(!text.contains("kvroute_engine_requests_running{pod=\"dead\"}"));
+    // Routing goes on.
+    let again = s.post("/v1/completions", &[], &completion("study", &p, 4, false));
+    assert_eq!(again.status, 200);
+    s.expect_in_flight(0);
+}

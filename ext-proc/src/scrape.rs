@@ -1,0 +1,381 @@
+//! Engine metrics scraping: every `scrape_interval` each pod's `http://<address>/metrics` is
+//! fetched (HTTP/1.1 over one fresh connection, the whole exchange bounded by
+//! `scrape_timeout`), parsed as vLLM's Prometheus text ([`parse`]) and handed to the core with
+//! [`kvroute_core::Router::observe_engine`], so that `least-ttft` sees the engines' own queues.
+//!
+//! Contract:
+//! - A pod whose scrape fails gets no snapshot; the core drops the last one after
+//!   `ttft.snapshot_max_age_ms` and the pod keeps routing on the router's own counts.
+//! - Every failure counts in `kvroute_engine_scrape_errors_total{pod}`; a warning is logged
+//!   when a pod goes from healthy (or unknown) to failing, an info line when it recovers.
+//! - The latest good snapshot of each pod is kept in [`EngineTable`] for the metrics export
+//!   (`kvroute_engine_*`); removed pods are dropped from it.
+//! - Interval and timeout are read from the current settings each round (reloads apply);
+//!   interval 0 (`None`) turns scraping off and clears the table.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper_util::rt::TokioIo;
+use kvroute_core::EngineSnapshot;
+use parking_lot::Mutex;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::shared::Shared;
+
+/// Largest `/metrics` body read.
+pub const MAX_BODY_BYTES: usize = 4 << 20;
+/// How often the settings are re-read while scraping is off.
+pub const IDLE_CHECK: Duration = Duration::from_secs(1);
+
+/// Why one scrape failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ScrapeError {
+    /// No answer within the timeout.
+    #[error("timed out")]
+    Timeout,
+    /// The TCP connection failed.
+    #[error("connect: {0}")]
+    Connect(std::io::Error),
+    /// The HTTP exchange failed.
+    #[error("http: {0}")]
+    Http(String),
+    /// The answer was not 2xx.
+    #[error("status {0}")]
+    Status(u16),
+    /// The body was not UTF-8 text.
+    #[error("body is not UTF-8")]
+    NotText,
+    /// The text has neither `vllm:num_requests_running` nor `vllm:num_requests_waiting`.
+    #[error("no vLLM engine metrics in the body")]
+    NoEngineMetrics,
+}
+
+/// The latest good snapshot per pod name (for the metrics export).
+pub type EngineTable = Arc<Mutex<BTreeMap<String, EngineSnapshot>>>;
+
+/// Sums of the five vLLM metrics, before conversion.
+#[derive(Default)]
+struct Sums {
+    running: Option<f64>,
+    waiting: Option<f64>,
+    kv_usage: Option<f64>,
+    queries: Option<f64>,
+    hits: Option<f64>,
+}
+
+fn add(slot: &mut Option<f64>, v: f64) {
+    *slot = Some(slot.unwrap_or(0.0) + v);
+}
+
+/// Splits one sample line into its metric name and value; `None` for comments, blank lines
+/// and lines that do not parse. Labels (with quoted, escaped values) are skipped.
+fn sample(line: &str) -> Option<(&str, f64)> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return None;
+    }
+    let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
+    let name = &line[..name_end];
+    let mut rest = &line[name_end..];
+    if rest.starts_with('{') {
+        let mut in_quotes = false;
+        let mut escaped = false;
+        let mut close = None;
+        for (i, c) in rest.char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' if in_quotes => escaped = true,
+                '"' => in_quotes = !in_quotes,
+                '}' if !in_quotes => {
+                    close = Some(i);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        rest = &rest[close? + 1..];
+    }
+    let value: f64 = rest.split_whitespace().next()?.parse().ok()?;
+    value.is_finite().then_some((name, value))
+}
+
+/// Parses vLLM's Prometheus text into a snapshot. Each metric is summed over its label sets
+/// (several models or engines behind one address); counters are accepted with or without
+/// the `_total` suffix (`_created` series are ignored); `vllm:gpu_cache_usage_perc` (older
+/// vLLM) stands in for `vllm:kv_cache_usage_perc`. Missing metrics stay `None` (running and
+/// waiting: 0), but a text with neither running nor waiting is not an engine's:
+/// [`ScrapeError::NoEngineMetrics`]. Negative values count as 0; the KV usage is clamped to
+/// [0, 1].
+pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
+    let mut s = Sums::default();
+    for (name, v) in text.lines().filter_map(sample) {
+        let Some(short) = name.strip_prefix("vllm:") else {
+            continue;
+        };
+        let short = short.strip_suffix("_total").unwrap_or(short);
+        match short {
+            "num_requests_running" => add(&mut s.running, v),
+            "num_requests_waiting" => add(&mut s.waiting, v),
+            "kv_cache_usage_perc" | "gpu_cache_usage_perc" => add(&mut s.kv_usage, v),
+            "prefix_cache_queries" => add(&mut s.queries, v),
+            "prefix_cache_hits" => add(&mut s.hits, v),
+            _ => {}
+        }
+    }
+    if s.running.is_none() && s.waiting.is_none() {
+        return Err(ScrapeError::NoEngineMetrics);
+    }
+    // `as` saturates: negative → 0, huge → MAX; the values were checked finite.
+    let count = |v: Option<f64>| v.map_or(0, |v| v.round().max(0.0) as u32);
+    let total = |v: Option<f64>| v.map(|v| v.round().max(0.0) as u64);
+    Ok(EngineSnapshot {
+        running: count(s.running),
+        waiting: count(s.waiting),
+        kv_usage: s.kv_usage.map(|v| v.clamp(0.0, 1.0)),
+        prefix_queries: total(s.queries),
+        prefix_hits: total(s.hits),
+    })
+}
+
+/// GETs `http://<address>/metrics` and returns the body text, all within `timeout`.
+pub async fn fetch(address: &str, timeout: Duration) -> Result<String, ScrapeError> {
+    match tokio::time::timeout(timeout, fetch_inner(address)).await {
+        Ok(r) => r,
+        Err(_) => Err(ScrapeError::Timeout),
+    }
+}
+
+async fn fetch_inner(address: &str) -> Result<String, ScrapeError> {
+    let http = |e: hyper::Error| ScrapeError::Http(e.to_string());
+    let tcp = TcpStream::connect(address)
+        .await
+        .map_err(ScrapeError::Connect)?;
+    let _ = tcp.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        .await
+        .map_err(http)?;
+    let request = hyper::Request::get("/metrics")
+        .header(hyper::header::HOST, address)
+        .header(hyper::header::ACCEPT, "text/plain")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| ScrapeError::Http(e.to_string()))?;
+    let work = async move {
+        let resp = sender.send_request(request).await.map_err(http)?;
+        if !resp.status().is_success() {
+            return Err(ScrapeError::Status(resp.status().as_u16()));
+        }
+        let body = Limited::new(resp.into_body(), MAX_BODY_BYTES)
+            .collect()
+            .await
+            .map_err(|e| ScrapeError::Http(e.to_string()))?
+            .to_bytes();
+        String::from_utf8(body.to_vec()).map_err(|_| ScrapeError::NotText)
+    };
+    // The connection is driven here, not in a task: when `work` finishes (or the timeout
+    // drops this future) the connection is closed with it.
+    tokio::pin!(work, conn);
+    tokio::select! {
+        biased;
+        r = &mut work => r,
+        c = &mut conn => match c {
+            Err(e) => Err(http(e)),
+            Ok(()) => work.await,
+        },
+    }
+}
+
+/// Scrapes until `stop` changes (see the module docs).
+pub async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    // Pod name → whether its last scrape failed (for log-on-change).
+    let mut failing: HashMap<String, bool> = HashMap::new();
+    loop {
+        let settings = shared.settings();
+        let wait = match settings.scrape_interval {
+            None => {
+                shared.engines.lock().clear();
+                IDLE_CHECK
+            }
+            Some(interval) => {
+                round(&shared, settings.scrape_timeout, &mut failing).await;
+                interval
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Scrapes every live pod once, concurrently.
+async fn round(shared: &Shared, timeout: Duration, failing: &mut HashMap<String, bool>) {
+    let pods: Vec<(kvroute_core::PodId, String, String)> = shared
+        .router
+        .lock()
+        .pods()
+        .into_iter()
+        .map(|p| (p.id, p.name.to_string(), p.address.to_string()))
+        .collect();
+    let results = futures_util::future::join_all(pods.iter().map(|(_, _, addr)| async move {
+        fetch(addr, timeout).await.and_then(|text| parse(&text))
+    }))
+    .await;
+    let now = shared.now();
+    let mut good: Vec<(String, EngineSnapshot)> = Vec::with_capacity(pods.len());
+    failing.retain(|name, _| pods.iter().any(|(_, n, _)| n == name));
+    for ((id, name, address), result) in pods.iter().zip(results) {
+        let was_failing = failing.get(name).copied();
+        match result {
+            Ok(snapshot) => {
+                // A pod removed by a reload since the list was taken is simply refused.
+                let _ = shared.router.lock().observe_engine(*id, snapshot, now);
+                good.push((name.clone(), snapshot));
+                if was_failing == Some(true) {
+                    tracing::info!(pod = %name, %address, "engine metrics scrape recovered");
+                }
+                failing.insert(name.clone(), false);
+            }
+            Err(e) => {
+                shared.metrics.scrape_error(name);
+                if was_failing != Some(true) {
+                    tracing::warn!(pod = %name, %address, error = %e, "engine metrics scrape failed; routing on router-side counts (logged again only after a recovery)");
+                }
+                failing.insert(name.clone(), true);
+            }
+        }
+    }
+    // Not nested in the router lock (the metrics collector takes them one after the other).
+    let mut table = shared.engines.lock();
+    table.clear();
+    table.extend(good);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VLLM: &str = r#"# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_running{engine="1",model_name="m"} 2.0
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="m, \"quoted\" }"} 4 1700000000000
+vllm:kv_cache_usage_perc{model_name="m"} 0.25
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{model_name="m"} 1.5e3
+vllm:prefix_cache_queries_created{model_name="m"} 1.7e9
+vllm:prefix_cache_hits{model_name="m"} 600
+vllm:request_success_total{model_name="m",finished_reason="stop"} 9
+python_gc_objects_collected_total{generation="0"} 77
+"#;
+
+    #[test]
+    fn vllm_text_is_summed_over_label_sets() {
+        let s = parse(VLLM).unwrap();
+        assert_eq!(
+            s,
+            EngineSnapshot {
+                running: 5,
+                waiting: 4,
+                kv_usage: Some(0.25),
+                prefix_queries: Some(1500),
+                prefix_hits: Some(600),
+            }
+        );
+    }
+
+    #[test]
+    fn missing_and_odd_values_are_tolerated() {
+        let s = parse("vllm:num_requests_waiting 2\nvllm:gpu_cache_usage_perc 7\n").unwrap();
+        assert_eq!((s.running, s.waiting, s.kv_usage), (0, 2, Some(1.0)));
+        assert_eq!((s.prefix_queries, s.prefix_hits), (None, None));
+        let s = parse("vllm:num_requests_running -3\nvllm:num_requests_waiting NaN\nvllm:num_requests_waiting{a=\"x\"} 1e12\ngarbage line\n{}\nvllm:num_requests_running{unclosed=\"} 4\n").unwrap();
+        assert_eq!((s.running, s.waiting), (0, u32::MAX));
+        for text in ["", "# only comments\n", "up 1\n", "\u{0}\u{1}"] {
+            assert!(
+                matches!(parse(text), Err(ScrapeError::NoEngineMetrics)),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn snapshots_and_errors_are_exported_per_pod() {
+        use crate::config::{build, parse_toml, Overrides};
+        use crate::env::EnvSnapshot;
+        let text = "[models.m]\npods = [{ name = \"a\", address = \"127.0.0.1:1\" }]";
+        let c = build(
+            parse_toml(text, std::path::Path::new("t")).unwrap(),
+            &EnvSnapshot::default(),
+            &Overrides::default(),
+            0,
+        )
+        .unwrap();
+        let mut registry = prometheus_client::registry::Registry::default();
+        let sh = Shared::new(&c, &mut registry).unwrap();
+        sh.engines.lock().insert("a".into(), parse(VLLM).unwrap());
+        sh.metrics.scrape_error("a");
+        let out = crate::metrics::render(&registry);
+        for line in [
+            "kvroute_engine_prefix_cache_hits_total{pod=\"a\"} 600",
+            "kvroute_engine_prefix_cache_queries_total{pod=\"a\"} 1500",
+            "kvroute_engine_requests_running{pod=\"a\"} 5",
+            "kvroute_engine_requests_waiting{pod=\"a\"} 4",
+            "kvroute_prefix_predicted_hit_tokens_total{pod=\"a\"} 0",
+            "kvroute_engine_scrape_errors_total{pod=\"a\"} 1",
+        ] {
+            assert!(out.lines().any(|l| l == line), "{line} missing in\n{out}");
+        }
+    }
+
+    #[test]
+    fn fetch_reads_a_metrics_page_and_fails_cleanly() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap().to_string();
+            let server = tokio::spawn(async move {
+                // 1st connection: a page; 2nd: 500; 3rd: accepted but never answered.
+                let mut held = Vec::new();
+                for reply in [
+                    "HTTP/1.1 200 OK\r\ncontent-length: 27\r\n\r\nvllm:num_requests_running 1",
+                    "HTTP/1.1 500 Internal Server Error\r\ncontent-length: 0\r\n\r\n",
+                    "",
+                ] {
+                    let (mut s, _) = l.accept().await.unwrap();
+                    let mut buf = [0u8; 1024];
+                    let _ = s.read(&mut buf).await;
+                    if reply.is_empty() {
+                        held.push(s);
+                    } else {
+                        s.write_all(reply.as_bytes()).await.unwrap();
+                    }
+                }
+                held
+            });
+            let t = Duration::from_millis(300);
+            let text = fetch(&addr, t).await.unwrap();
+            assert_eq!(parse(&text).unwrap().running, 1);
+            assert!(matches!(
+                fetch(&addr, t).await,
+                Err(ScrapeError::Status(500))
+            ));
+            assert!(matches!(fetch(&addr, t).await, Err(ScrapeError::Timeout)));
+            drop(server.await.unwrap());
+            assert!(matches!(
+                fetch(&addr, t).await,
+                Err(ScrapeError::Connect(_))
+            ));
+        });
+    }
+}
