@@ -20,7 +20,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
-use kvroute_core::{Outcome, RouteError, RouteRequest, StrategySpec};
+use kvroute_core::{RouteError, RouteRequest, StrategySpec};
 
 use crate::extract::{extract, Endpoint, ExtractError};
 use crate::respond::{self, header, Reject, RouteTo};
@@ -261,9 +261,7 @@ impl StreamState {
         });
         let mut headers = Vec::with_capacity(5);
         if let Some(r) = &mut self.routed {
-            if status.is_none_or(|s| s >= 500) {
-                r.guard.set_outcome(Outcome::Failed);
-            }
+            r.guard.on_response_status(status);
             headers.push(header("target-pod", r.pod_name.as_bytes()));
             headers.push(header("target-pod-ip", r.address.as_bytes()));
             headers.push(header("routing-strategy", r.strategy.as_bytes()));

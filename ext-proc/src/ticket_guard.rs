@@ -6,10 +6,27 @@
 //! reset or failed) and closes it within about a millisecond (envoy-completion.md). The task
 //! then returns and the guard is dropped: `Drop` is the only release path, and Rust runs it
 //! exactly once, also when the task unwinds.
+//!
+//! Timings reported with the completion ([`Timings`]):
+//! - `total_ms` (route → end of the side stream, which Envoy closes within about a
+//!   millisecond of the response's end) only when the response headers were seen with a 2xx
+//!   status and the outcome is still `Success`. Failed requests (5xx, no response) and
+//!   requests whose response headers were not seen (response-headers phase SKIP, or the client
+//!   left before the response started) report no timings.
+//! - `first_token_ms` never: the response headers are not the first token. `kvroute-sim
+//!   serve` (axum `Body::from_stream`) and vLLM (`StreamingResponse`) send a streaming
+//!   response's headers before the first token is computed, and a non-streaming response's
+//!   only after the last one; response bodies are not sent to kvroute (`NONE`).
+//! - Client aborts mid-response cannot be told from normal ends: with `response_trailer_mode:
+//!   SEND` and body `NONE`, Envoy ends the side stream the same clean way for both
+//!   (`../shared/docs/envoy-completion.md`). Such a request reports `Success` with a short
+//!   `total_ms`; the core's bounded learning limits what one such sample can move.
+
+use std::time::Instant;
 
 use std::sync::Arc;
 
-use kvroute_core::{Completion, Outcome, Ticket};
+use kvroute_core::{Completion, Outcome, Ticket, Timings};
 
 use crate::shared::Shared;
 
@@ -19,6 +36,8 @@ pub struct TicketGuard {
     shared: Arc<Shared>,
     ticket: Ticket,
     outcome: Outcome,
+    routed_at: Instant,
+    status: Option<u16>,
 }
 
 impl TicketGuard {
@@ -28,6 +47,8 @@ impl TicketGuard {
             shared,
             ticket,
             outcome: Outcome::Success,
+            routed_at: Instant::now(),
+            status: None,
         }
     }
 
@@ -41,19 +62,98 @@ impl TicketGuard {
     pub fn set_outcome(&mut self, outcome: Outcome) {
         self.outcome = outcome;
     }
+
+    /// Records the response status Envoy reported (`None`: headers without a usable status).
+    /// A 5xx or missing status sets the outcome to `Failed`.
+    pub fn on_response_status(&mut self, status: Option<u16>) {
+        self.status = status;
+        if status.is_none_or(|s| s >= 500) {
+            self.outcome = Outcome::Failed;
+        }
+    }
+
+    /// What is reported at release, `now` being the release instant (see the module docs).
+    pub fn completion(&self, now: Instant) -> Completion {
+        let mut c = Completion::new(self.outcome);
+        let ok = self.status.is_some_and(|s| (200..300).contains(&s));
+        if self.outcome == Outcome::Success && ok {
+            let ms = now.saturating_duration_since(self.routed_at).as_millis();
+            c.timings = Timings {
+                total_ms: Some(u64::try_from(ms).unwrap_or(u64::MAX)),
+                ..Timings::default()
+            };
+        }
+        c
+    }
 }
 
 impl Drop for TicketGuard {
     fn drop(&mut self) {
+        let completion = self.completion(Instant::now());
         let now = self.shared.now();
-        let result =
-            self.shared
-                .router
-                .lock()
-                .complete(self.ticket, Completion::new(self.outcome), now);
+        let result = self
+            .shared
+            .router
+            .lock()
+            .complete(self.ticket, completion, now);
         if let Err(e) = result {
             self.shared.metrics.release_error();
             tracing::error!(ticket = %self.ticket, error = %e, "ticket release refused");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::config::{build, parse_toml, Overrides};
+    use crate::env::EnvSnapshot;
+
+    fn guard() -> TicketGuard {
+        let text = "[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]";
+        let c = build(
+            parse_toml(text, std::path::Path::new("t")).unwrap(),
+            &EnvSnapshot::default(),
+            &Overrides::default(),
+            0,
+        )
+        .unwrap();
+        let sh = Shared::new(&c, &mut prometheus_client::registry::Registry::default()).unwrap();
+        let now = sh.now();
+        let d = sh
+            .router
+            .lock()
+            .route(kvroute_core::RouteRequest::new("m", &[]), now)
+            .unwrap();
+        TicketGuard::new(sh, d.ticket)
+    }
+
+    #[test]
+    fn only_successful_responses_report_a_total_and_never_a_first_token() {
+        let later = |g: &TicketGuard| g.routed_at + Duration::from_millis(250);
+        let mut g = guard();
+        let c = g.completion(later(&g));
+        assert_eq!(c, Completion::new(Outcome::Success), "no response seen");
+        g.on_response_status(Some(200));
+        let c = g.completion(later(&g));
+        assert_eq!(c.outcome, Outcome::Success);
+        assert_eq!(c.timings.total_ms, Some(250));
+        assert_eq!(c.timings.first_token_ms, None);
+        for (status, outcome) in [
+            (Some(503), Outcome::Failed),
+            (None, Outcome::Failed),
+            (Some(404), Outcome::Success),
+        ] {
+            let mut g = guard();
+            g.on_response_status(status);
+            let c = g.completion(later(&g));
+            assert_eq!(c, Completion::new(outcome), "{status:?}");
+        }
+        let mut g = guard();
+        g.on_response_status(Some(200));
+        g.set_outcome(Outcome::Cancelled);
+        assert_eq!(g.completion(later(&g)), Completion::new(Outcome::Cancelled));
     }
 }
