@@ -11,9 +11,7 @@ use crate::stats::{match_bucket, ModelStats, RouterStats};
 use crate::strategy::{Strategy, StrategySpec};
 use crate::tickets::{Completion, Outcome, Released, TicketError, TicketTable};
 use crate::time::Timestamp;
-use crate::ttft::{
-    self, EngineSnapshot, Estimate, GlobalModel, Job, ObservedEngine, TicketContext,
-};
+use crate::ttft::{self, EngineSnapshot, Estimate, GlobalModel, Job, TicketContext};
 
 /// One request to route.
 #[derive(Clone, Copy, Debug)]
@@ -204,11 +202,7 @@ impl Router {
         snapshot: EngineSnapshot,
         at: Timestamp,
     ) -> Result<(), RegistryError> {
-        self.registry.pod_mut(pod)?.model.engine = Some(ObservedEngine {
-            snapshot,
-            at,
-            routed_since: 0,
-        });
+        self.registry.pod_mut(pod)?.model.observe(snapshot, at);
         Ok(())
     }
 
@@ -444,6 +438,7 @@ impl Router {
             queue_ms: est.queue_ms,
             uncached_tokens: est.uncached_tokens,
             cached_tokens: est.cached_tokens,
+            indexed_tokens: est.indexed_tokens,
         };
         let ticket = self.tickets.issue(chosen.pod, model, now, context);
         let pod = &mut self.registry.pods[chosen.pod.index()];
@@ -609,10 +604,10 @@ impl Router {
         }
         for pod in self.registry.live_pods() {
             let p = &self.registry.pods[pod.index()];
-            if p.model.ends.len() != p.in_flight as usize {
+            if p.model.open.len() != p.in_flight as usize {
                 return Err(format!(
                     "{pod}: {} predicted ends for {} in flight",
-                    p.model.ends.len(),
+                    p.model.open.len(),
                     p.in_flight
                 ));
             }

@@ -5,17 +5,29 @@
 //! ```text
 //! cached   = ⌊min(matched_blocks × block_size / bytes_per_token, P) / engine_block⌋ × engine_block
 //! uncached = P − cached
-//! slot_at  = now                              if fewer than max_seqs requests are open on p
-//!          = the (n − max_seqs + 1)-th earliest predicted end of p's n open requests, otherwise
-//! start    = max(slot_at, prefill_busy_until_p)        (prefill is FCFS behind earlier prefills)
-//! ttft     = (start − now) + overhead_p + uncached / prefill_rate_p
+//! expected = trust_p × cached + extra_p × (P − cached)     (what the engine will really reuse)
+//! slot_at  = now                              if fewer than capacity_p requests are open on p
+//!          = the (n − capacity_p + 1)-th earliest predicted end of p's n open requests, otherwise
+//! start    = max(slot_at, latest predicted prefill end of p's open requests)   (FCFS prefill)
+//! ttft     = (start − now) + overhead_p + (P − expected) / prefill_rate_p
 //! end      = now + ttft + (expected_output − 1) × tpot_p
 //! ```
 //!
 //! - `matched_blocks` is the prefix index's contiguous match for `p`; only whole engine blocks
 //!   count, because an engine can only reuse whole KV blocks.
-//! - Every routed request (whatever strategy routed it) records its predicted `end` on its pod,
-//!   so slot waits see all traffic; a request past its predicted end counts as ending now.
+//! - Every routed request (whatever strategy routed it) records its predicted prefill end and
+//!   `end` on its pod until it completes, so slot and prefill waits see all traffic and vanish
+//!   with it; a request past its predicted end is assumed to need 40% of a typical decode more.
+//! - The index is not the engine's cache. Completions that report `cached_tokens` teach two
+//!   per-pod fractions: `trust_p`, the share of index-predicted tokens the engine really reused
+//!   (prior 1; below 1 when the engine evicts), and `extra_p`, the share of the rest it reused
+//!   anyway (prior 0; above 0 when the engine holds prefixes the index never saw: warm engines,
+//!   other routers). Each moves by at most `learning_rate` per sample.
+//! - `capacity_p` is the configured `max_seqs` (per pod or default), raised to the most running
+//!   sequences an engine snapshot has shown. (It is never lowered from snapshots: a request
+//!   waits a step before it runs, so "waiting > 0" says little about capacity.)
+//! - Slot and prefill waits are recomputed at every estimate by replaying the pod's open
+//!   requests, in issue order, through its slots and FCFS prefill with the current rates.
 //! - A fresh engine snapshot (see [`EngineSnapshot`]) adds the engine's requests the router did
 //!   not route itself (other router replicas) as open requests ending half a service time away.
 //! - `prefill_rate_p`, `overhead_p` and `tpot_p` start at configured priors and are learned per
@@ -30,6 +42,10 @@
 
 use crate::ids::Ticket;
 use crate::time::Timestamp;
+
+/// The share of a typical decode a request is still assumed to need once it has outlived its
+/// predicted end (it is running long, so its remaining time is uncertain, not zero).
+const OVERRUN_TAIL: f64 = 0.4;
 
 /// Parameters and priors of the TTFT model. Defaults are vLLM's defaults where a vLLM setting
 /// exists, and round numbers for a mid-size model on one GPU otherwise; configure the engine
@@ -60,7 +76,9 @@ pub struct TtftConfig {
     /// Engine snapshots older than this are ignored, ms. Default 2,000.
     pub snapshot_max_age_ms: u64,
     /// Predictions closer than this tie, ms; ties go to the better prefix match, then the
-    /// lower load, then the seeded PRNG. Default 1.
+    /// lower load, then the seeded PRNG. Default 300: predictions on a loaded engine are
+    /// good to a few hundred ms, and within that, keeping a prefix where it is cached pays
+    /// later.
     pub tie_ms: f64,
 }
 
@@ -77,7 +95,7 @@ impl Default for TtftConfig {
             learning_rate: 0.2,
             max_sample_ratio: 3.0,
             snapshot_max_age_ms: 2_000,
-            tie_ms: 1.0,
+            tie_ms: 300.0,
         }
     }
 }
@@ -169,16 +187,55 @@ pub(crate) struct ObservedEngine {
     pub(crate) routed_since: u32,
 }
 
+/// A learned fraction in [0, 1]: a plain EWMA of samples clamped to [0, 1], so one sample
+/// moves it by at most the learning rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Fraction {
+    value: f64,
+}
+
+impl Fraction {
+    pub(crate) fn new(prior: f64) -> Self {
+        Fraction {
+            value: prior.clamp(0.0, 1.0),
+        }
+    }
+
+    pub(crate) fn get(self) -> f64 {
+        self.value
+    }
+
+    pub(crate) fn learn(&mut self, sample: f64, cfg: &TtftConfig) {
+        if sample.is_finite() {
+            self.value += cfg.learning_rate * (sample.clamp(0.0, 1.0) - self.value);
+        }
+    }
+}
+
+/// One open request on a pod, as the model sees it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct OpenRequest {
+    pub(crate) ticket: Ticket,
+    /// When it was routed.
+    pub(crate) issued: Timestamp,
+    /// Prompt tokens it was predicted to prefill.
+    pub(crate) uncached_tokens: f64,
+}
+
 /// The learned state of one pod.
 #[derive(Clone, Debug)]
 pub(crate) struct PodModel {
+    /// Configured capacity (per pod or default).
     pub(crate) max_seqs: u32,
+    /// The most running sequences an engine snapshot has shown.
+    pub(crate) max_running_seen: u32,
     pub(crate) prefill_tps: Ewma,
     pub(crate) tpot_ms: Ewma,
     pub(crate) overhead_ms: Ewma,
-    // invariant: one entry per open ticket routed to this pod.
-    pub(crate) ends: Vec<(Ticket, Timestamp)>,
-    pub(crate) prefill_busy_until: Timestamp,
+    pub(crate) trust: Fraction,
+    pub(crate) extra: Fraction,
+    // invariant: one entry per open ticket routed to this pod, in issue order.
+    pub(crate) open: Vec<OpenRequest>,
     pub(crate) engine: Option<ObservedEngine>,
     pub(crate) predicted_hit_tokens: u64,
 }
@@ -187,19 +244,36 @@ impl PodModel {
     pub(crate) fn new(cfg: &TtftConfig) -> Self {
         PodModel {
             max_seqs: cfg.max_seqs,
+            max_running_seen: 0,
             prefill_tps: Ewma::new(cfg.prefill_tokens_per_s),
             tpot_ms: Ewma::new(cfg.tpot_ms),
             overhead_ms: Ewma::new(cfg.overhead_ms),
-            ends: Vec::new(),
-            prefill_busy_until: Timestamp::ZERO,
+            trust: Fraction::new(1.0),
+            extra: Fraction::new(0.0),
+            open: Vec::new(),
             engine: None,
             predicted_hit_tokens: 0,
         }
     }
 
+    /// The sequence slots the model assumes.
+    pub(crate) fn capacity(&self) -> u32 {
+        self.max_seqs.max(self.max_running_seen).max(1)
+    }
+
+    /// Records an engine snapshot.
+    pub(crate) fn observe(&mut self, snapshot: EngineSnapshot, at: Timestamp) {
+        self.max_running_seen = self.max_running_seen.max(snapshot.running);
+        self.engine = Some(ObservedEngine {
+            snapshot,
+            at,
+            routed_since: 0,
+        });
+    }
+
     pub(crate) fn forget_ticket(&mut self, ticket: Ticket) {
-        if let Some(i) = self.ends.iter().position(|(t, _)| *t == ticket) {
-            self.ends.swap_remove(i);
+        if let Some(i) = self.open.iter().position(|o| o.ticket == ticket) {
+            self.open.remove(i);
         }
     }
 }
@@ -226,9 +300,11 @@ pub(crate) struct Estimate {
     pub(crate) ttft_ms: f64,
     /// Time before this request's prefill can start (slot wait and prefill backlog), ms.
     pub(crate) queue_ms: f64,
+    /// Tokens the engine is expected to reuse (index match corrected by what was learned).
     pub(crate) cached_tokens: f64,
+    /// Tokens the index alone says are cached (whole engine blocks).
+    pub(crate) indexed_tokens: f64,
     pub(crate) uncached_tokens: f64,
-    pub(crate) end: Timestamp,
 }
 
 /// What a request looks like to the model.
@@ -238,8 +314,13 @@ pub(crate) struct Job {
     pub(crate) matched_bytes: f64,
 }
 
-/// Predicts the TTFT of `job` on the pod. `scratch` is reused space for the open requests'
-/// end times.
+/// Predicts the TTFT of `job` on the pod by replaying the pod's open requests through its
+/// sequence slots and FCFS prefill with the current learned rates (so a wrong earlier guess
+/// does not stick): each open request takes the earliest free slot at or after its issue time,
+/// prefills after the requests before it, then decodes; one still open past that is assumed to need
+/// [`OVERRUN_TAIL`] of a decode more. A fresh engine snapshot adds the requests the router did not route,
+/// as half-done. The new request then takes the next slot and prefills after all of them.
+/// `scratch` is reused space for the slot heap.
 pub(crate) fn estimate(
     pod: &PodModel,
     global: &GlobalModel,
@@ -248,53 +329,71 @@ pub(crate) fn estimate(
     now: Timestamp,
     scratch: &mut Vec<u64>,
 ) -> Estimate {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
     let block = f64::from(cfg.engine_block_tokens);
     let matched_tokens = (job.matched_bytes / global.bytes_per_token.get()).min(job.prompt_tokens);
-    let cached = (matched_tokens / block).floor() * block;
-    let uncached = (job.prompt_tokens - cached).max(0.0);
-    let service_ms = (global.output_tokens.get() - 1.0).max(0.0) * pod.tpot_ms.get();
+    let indexed = (matched_tokens / block).floor() * block;
+    let reusable = (job.prompt_tokens / block).floor() * block;
+    let expected =
+        (pod.trust.get() * indexed + pod.extra.get() * (job.prompt_tokens - indexed)).min(reusable);
+    let uncached = (job.prompt_tokens - expected).max(0.0);
+    let tpot = pod.tpot_ms.get();
+    let decode_ms = (global.output_tokens.get() - 1.0).max(0.0) * tpot;
+    let prefill_ms = |tokens: f64| tokens / pod.prefill_tps.get() * 1_000.0;
+    let now_ms = now.as_millis() as f64;
+    // A request still open after its predicted end has run long; assume it needs a further
+    // OVERRUN_TAIL of a typical decode rather than ending this instant.
+    let tail_ms = OVERRUN_TAIL * decode_ms + tpot;
 
+    // Slot-free times, as a min-heap of whole microseconds.
     scratch.clear();
-    scratch.extend(
-        pod.ends
-            .iter()
-            .map(|(_, end)| end.as_millis().max(now.as_millis())),
-    );
+    scratch.resize(pod.capacity() as usize, 0);
+    let mut slots: BinaryHeap<Reverse<u64>> =
+        std::mem::take(scratch).into_iter().map(Reverse).collect();
+    let take_slot = |slots: &mut BinaryHeap<Reverse<u64>>| {
+        slots.pop().map_or(0.0, |Reverse(us)| us as f64 / 1_000.0)
+    };
+    let mut prefill_free = 0.0f64;
+    for o in &pod.open {
+        let start = take_slot(&mut slots).max(o.issued.as_millis() as f64);
+        let prefill_end = start.max(prefill_free) + prefill_ms(o.uncached_tokens);
+        prefill_free = prefill_end;
+        let end = (prefill_end + decode_ms).max(now_ms + tail_ms);
+        slots.push(Reverse((end * 1_000.0) as u64));
+    }
     if let Some(engine) = pod
         .engine
         .filter(|e| now.millis_since(e.at) <= cfg.snapshot_max_age_ms)
     {
         let engine_load = (engine.snapshot.running + engine.snapshot.waiting)
             .saturating_add(engine.routed_since) as usize;
-        let unseen = engine_load.saturating_sub(scratch.len());
-        let half_service = now.as_millis() + (service_ms / 2.0) as u64;
-        scratch.extend(std::iter::repeat_n(half_service, unseen));
+        for _ in 0..engine_load.saturating_sub(pod.open.len()) {
+            let end = take_slot(&mut slots).max(now_ms) + decode_ms / 2.0;
+            slots.push(Reverse((end * 1_000.0) as u64));
+        }
     }
-    let slots = pod.max_seqs as usize;
-    let slot_at = if scratch.len() < slots {
-        now.as_millis()
-    } else {
-        let k = scratch.len() - slots;
-        *scratch.select_nth_unstable(k).1
-    };
-    let start = slot_at.max(pod.prefill_busy_until.as_millis());
-    let queue_ms = start.saturating_sub(now.as_millis()) as f64;
-    let prefill_ms = uncached / pod.prefill_tps.get() * 1_000.0;
-    let ttft_ms = queue_ms + pod.overhead_ms.get() + prefill_ms;
+    let start = take_slot(&mut slots).max(now_ms).max(prefill_free);
+    *scratch = slots.into_iter().map(|Reverse(us)| us).collect();
+    let queue_ms = start - now_ms;
+    let ttft_ms = queue_ms + pod.overhead_ms.get() + prefill_ms(uncached);
     Estimate {
         ttft_ms,
         queue_ms,
-        cached_tokens: cached,
+        cached_tokens: expected,
+        indexed_tokens: indexed,
         uncached_tokens: uncached,
-        end: now.add_millis((ttft_ms + service_ms).round() as u64),
     }
 }
 
-/// Commits a routed request's estimate to its pod: its slot end and the prefill backlog.
+/// Commits a routed request to its pod's open requests.
 pub(crate) fn commit(pod: &mut PodModel, ticket: Ticket, est: &Estimate, now: Timestamp) {
-    pod.ends.push((ticket, est.end));
-    let prefill_end = now.add_millis((est.ttft_ms - pod.overhead_ms.get()).max(0.0).round() as u64);
-    pod.prefill_busy_until = pod.prefill_busy_until.max(prefill_end);
+    pod.open.push(OpenRequest {
+        ticket,
+        issued: now,
+        uncached_tokens: est.uncached_tokens,
+    });
     pod.predicted_hit_tokens += est.cached_tokens as u64;
     if let Some(engine) = pod.engine.as_mut() {
         engine.routed_since = engine.routed_since.saturating_add(1);
@@ -308,6 +407,7 @@ pub(crate) struct TicketContext {
     pub(crate) queue_ms: f64,
     pub(crate) uncached_tokens: f64,
     pub(crate) cached_tokens: f64,
+    pub(crate) indexed_tokens: f64,
 }
 
 /// Learns from one successful completion (see the module docs for which samples count).
@@ -334,6 +434,18 @@ pub(crate) fn learn(
         if out >= 2 && total > first {
             pod.tpot_ms
                 .learn((total - first) as f64 / f64::from(out - 1), cfg);
+        }
+    }
+    if let (Some(prompt), Some(cached)) = (timings.prompt_tokens, timings.cached_tokens) {
+        let (prompt, cached) = (f64::from(prompt), f64::from(cached));
+        let block = f64::from(cfg.engine_block_tokens);
+        let indexed = ctx.indexed_tokens.min(prompt);
+        if indexed >= block {
+            pod.trust.learn(cached.min(indexed) / indexed, cfg);
+        }
+        if prompt - indexed >= block {
+            pod.extra
+                .learn((cached - indexed).max(0.0) / (prompt - indexed), cfg);
         }
     }
     let Some(first) = timings.first_token_ms else {
@@ -392,28 +504,42 @@ mod tests {
 
     #[test]
     fn a_full_pod_waits_for_its_earliest_slot_and_prefill_is_fcfs() {
+        // max_seqs 2, prefill 3,000 tokens/s, 127 decode tokens at 50 ms = 6,350 ms.
         let c = cfg();
         let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
-        pod.ends = vec![(Ticket(1), t(9_000)), (Ticket(2), t(4_000))];
+        let open = |n, issued, uncached| OpenRequest {
+            ticket: Ticket(n),
+            issued: t(issued),
+            uncached_tokens: uncached,
+        };
+        // Two requests routed at 0: the first prefills 3,000 tokens (1 s), the second none.
+        pod.open = vec![open(1, 0, 3_000.0), open(2, 0, 0.0)];
         let job = Job {
             prompt_tokens: 3_000.0,
             matched_bytes: 0.0,
         };
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
-        assert_eq!(
-            e.queue_ms, 3_000.0,
-            "the earlier of the two ends frees the slot"
-        );
-        pod.ends.push((Ticket(3), t(5_000)));
+        assert_eq!(e.queue_ms, 6_350.0, "both slots free at 1,000 + 6,350");
+        assert_eq!(e.ttft_ms, 6_350.0 + 50.0 + 1_000.0);
+        pod.max_seqs = 3;
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
         assert_eq!(
-            e.queue_ms, 4_000.0,
-            "third open request: second-earliest end"
+            e.queue_ms, 0.0,
+            "a free slot, and earlier prefills are done by 1,000"
         );
-        pod.ends.clear();
-        pod.prefill_busy_until = t(1_500);
+        pod.max_seqs = 4;
+        pod.open.push(open(3, 900, 3_000.0));
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
-        assert_eq!(e.queue_ms, 500.0, "prefill waits behind earlier prefills");
+        assert_eq!(
+            e.queue_ms, 1_000.0,
+            "FCFS prefill: request 1 until 1,000, then the one routed at 900 until 2,000"
+        );
+        // A request still open past its predicted end holds its slot for 40% of a decode more
+        // (0.4 × 6,350 + one token of 50).
+        pod.max_seqs = 1;
+        pod.open = vec![open(4, 0, 0.0)];
+        let e = estimate(&pod, &g, &c, job, t(60_000), &mut Vec::new());
+        assert_eq!(e.queue_ms, 2_590.0);
     }
 
     #[test]
@@ -441,6 +567,78 @@ mod tests {
     }
 
     #[test]
+    fn completions_teach_how_far_the_index_is_from_the_engine() {
+        let c = cfg();
+        let (mut pod, mut g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let job = Job {
+            prompt_tokens: 5_000.0,
+            matched_bytes: 0.0,
+        };
+        let cold = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(cold.cached_tokens, 0.0);
+        // The index knew nothing, yet the engine reused 4,704 tokens (a warm engine).
+        let ctx = TicketContext {
+            prompt_bytes: 28_000.0,
+            indexed_tokens: 0.0,
+            ..Default::default()
+        };
+        let surprise = crate::tickets::Timings {
+            prompt_tokens: Some(5_000),
+            cached_tokens: Some(4_704),
+            ..Default::default()
+        };
+        for _ in 0..10 {
+            learn(&mut pod, &mut g, &c, &ctx, &surprise);
+        }
+        let warm = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert!(warm.cached_tokens > 3_500.0, "{warm:?}");
+        assert!(warm.ttft_ms < cold.ttft_ms / 2.0);
+        // The index promised 4,704 tokens and the engine had none (it evicted them).
+        let (mut pod, mut g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let ctx = TicketContext {
+            indexed_tokens: 4_704.0,
+            ..ctx
+        };
+        let evicted = crate::tickets::Timings {
+            prompt_tokens: Some(5_000),
+            cached_tokens: Some(0),
+            ..Default::default()
+        };
+        learn(&mut pod, &mut g, &c, &ctx, &evicted);
+        assert!(
+            (pod.trust.get() - 0.8).abs() < 1e-9,
+            "one sample moves trust by the learning rate"
+        );
+    }
+
+    #[test]
+    fn snapshots_raise_capacity_but_never_lower_it() {
+        let c = TtftConfig {
+            max_seqs: 4,
+            ..cfg()
+        };
+        let mut pod = PodModel::new(&c);
+        pod.observe(
+            EngineSnapshot {
+                running: 1,
+                waiting: 3,
+                ..Default::default()
+            },
+            t(0),
+        );
+        assert_eq!(pod.capacity(), 4);
+        pod.observe(
+            EngineSnapshot {
+                running: 12,
+                waiting: 0,
+                ..Default::default()
+            },
+            t(1),
+        );
+        assert_eq!(pod.capacity(), 12);
+    }
+
+    #[test]
     fn learning_recovers_from_a_wrong_prior_and_resists_outliers() {
         let c = TtftConfig {
             prefill_tokens_per_s: 1_500.0,
@@ -453,6 +651,7 @@ mod tests {
             queue_ms: 0.0,
             uncached_tokens: 3_000.0,
             cached_tokens: 0.0,
+            indexed_tokens: 0.0,
         };
         let timings = |first| crate::tickets::Timings {
             first_token_ms: Some(first),
