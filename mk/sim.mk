@@ -1,10 +1,11 @@
-# kvroute-sim: the simulator's fidelity tests (the study's facts) run in release mode, where
-# the whole two-round study takes a few seconds; debug-mode `cargo test` skips them.
+# kvroute-sim: the simulator's fidelity and least-ttft tests (the study's facts) are ignored in
+# plain debug `cargo test` runs; here they run in the dev profile, which optimises the simulator
+# and the core (root Cargo.toml), so no release build of every dependency is needed.
 .PHONY: test-sim study-sim
 TEST_TARGETS += test-sim
 
 test-sim:
-	$(CARGO) test --release -p kvroute-sim -- --include-ignored
+	$(CARGO) test -p kvroute-sim -- --include-ignored
 
 # Prints the simulated study table for both rounds and writes plots and records to target/sim-study.
 study-sim:

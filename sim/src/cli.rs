@@ -20,7 +20,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Simulate the seed study: four scenarios × three strategies × two rounds.
+    /// Simulate the seed study: four scenarios × the study's three strategies and least-ttft × two rounds.
     Study(StudyArgs),
     /// Simulate a JSONL trace through the router and simulated replicas.
     Run(RunArgs),

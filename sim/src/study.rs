@@ -6,7 +6,7 @@
 //! their order does not matter: each phase's salts and router seed come from
 //! [`phase_seed`].
 
-use kvroute_core::{RouterConfig, Strategy, StrategySpec};
+use kvroute_core::{RouterConfig, Strategy, StrategySpec, TtftConfig};
 use serde::Serialize;
 
 use crate::cluster::{Cluster, ClusterConfig, RunResult, SimError};
@@ -16,6 +16,14 @@ use crate::workload::{
     mix, ArrivalProcess, Scenario, StudyPhase, ROUND_SEEDS, STUDY_FAMILIES, STUDY_OUTPUT_TOKENS,
     STUDY_RATE, STUDY_REQUESTS,
 };
+
+/// The strategies the table compares by default: the study's three, then kvroute's own.
+pub const TABLE_STRATEGIES: [Strategy; 4] = [
+    Strategy::Random,
+    Strategy::LeastRequest,
+    Strategy::PrefixCache,
+    Strategy::LeastTtft,
+];
 
 /// The study's strategies, in the table's order.
 pub const STUDY_STRATEGIES: [Strategy; 3] = [
@@ -48,6 +56,9 @@ pub struct StudyConfig {
     pub variant: u64,
     /// Whether the router gets engine snapshots every 5 simulated seconds.
     pub observe_engines: bool,
+    /// The TTFT model's priors (least-ttft); the engine facts (block size, max sequences) are
+    /// always taken from [`StudyConfig::engine`].
+    pub ttft_priors: TtftConfig,
     /// The per-pod capacity told to the router (`None` = the engine's `max_num_seqs`).
     pub router_max_seqs: Option<u32>,
 }
@@ -60,7 +71,7 @@ impl Default for StudyConfig {
             rate: STUDY_RATE,
             output_tokens: STUDY_OUTPUT_TOKENS,
             arrivals: ArrivalProcess::Uniform,
-            strategies: STUDY_STRATEGIES
+            strategies: TABLE_STRATEGIES
                 .into_iter()
                 .map(StrategySpec::single)
                 .collect(),
@@ -68,6 +79,7 @@ impl Default for StudyConfig {
             scenarios: None,
             variant: 0,
             observe_engines: true,
+            ttft_priors: TtftConfig::default(),
             router_max_seqs: None,
         }
     }
@@ -156,6 +168,12 @@ pub fn run_phase(
         engine: cfg.engine,
         router: RouterConfig {
             seed: phase_seed,
+            // The engine facts an operator knows and configures; least-ttft learns the rates.
+            ttft: TtftConfig {
+                engine_block_tokens: cfg.engine.block_size,
+                max_seqs: cfg.engine.max_num_seqs,
+                ..cfg.ttft_priors.clone()
+            },
             ..RouterConfig::default()
         },
         observe_engines: cfg.observe_engines,
