@@ -446,7 +446,9 @@ fn router_slow_or_down_falls_back_to_round_robin_and_restart_keeps_streams() {
 fn reload_keeps_in_flight_state_and_rejects_bad_files() {
     let s = Stack::start("reload", "", true);
     let listen = s.envoy.listen.clone();
-    let body = completion("study", &prompt("held", 1, 4_000), 300, true);
+    // About 7 s of streaming at speed-up 5: it must outlast the reload below (file polling
+    // every second) also on a loaded machine.
+    let body = completion("study", &prompt("held", 1, 4_000), 1_000, true);
     let held = std::thread::spawn(move || http(&listen, "POST", "/v1/completions", &[], &body));
     wait_for(Duration::from_secs(5), || {
         (s.ext.in_flight() == 1).then_some(())
