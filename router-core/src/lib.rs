@@ -36,7 +36,8 @@
 //! let again = router.route(RouteRequest::new("llama", &hashes), now).unwrap();
 //! assert_eq!(first.pod, again.pod); // the prefix is indexed under the first pod
 //! assert_eq!(again.match_percent, 100);
-//! println!("{again}"); // strategy=prefix-cache reason=prefix_match pod=... match=100% ...
+//! let line = again.to_string(); // "strategy=prefix-cache reason=prefix_match pod=... match=100% ..."
+//! assert!(line.contains("reason=prefix_match"));
 //!
 //! router.complete(first.ticket, Completion::new(Outcome::Success), now).unwrap();
 //! router.complete(again.ticket, Outcome::Cancelled.into(), now).unwrap();
