@@ -437,7 +437,6 @@ impl Router {
             prompt_bytes,
             queue_ms: est.queue_ms,
             uncached_tokens: est.uncached_tokens,
-            cached_tokens: est.cached_tokens,
             indexed_tokens: est.indexed_tokens,
         };
         let ticket = self.tickets.issue(chosen.pod, model, now, context);

@@ -406,7 +406,6 @@ pub(crate) struct TicketContext {
     pub(crate) prompt_bytes: f64,
     pub(crate) queue_ms: f64,
     pub(crate) uncached_tokens: f64,
-    pub(crate) cached_tokens: f64,
     pub(crate) indexed_tokens: f64,
 }
 
@@ -650,7 +649,6 @@ mod tests {
             prompt_bytes: 28_000.0,
             queue_ms: 0.0,
             uncached_tokens: 3_000.0,
-            cached_tokens: 0.0,
             indexed_tokens: 0.0,
         };
         let timings = |first| crate::tickets::Timings {
