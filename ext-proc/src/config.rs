@@ -598,6 +598,22 @@ mod tests {
         assert_eq!(c.scrape_interval, None);
         assert_eq!(c.models["m"][0].max_seqs, Some(4));
 
+        let env = [("ROUTING_ALGORITHM", "least-ttft")];
+        assert_eq!(
+            load("", &env, Overrides::default())
+                .unwrap()
+                .default_strategy_text,
+            "least-ttft"
+        );
+        let flag = Overrides {
+            default_strategy: Some("least-ttft".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            load("", &[], flag).unwrap().default_strategy_text,
+            "least-ttft"
+        );
+
         for bad in [
             "[ttft]\nmax_seqs = 0",
             "[ttft]\nlearning_rate = 1.5",
