@@ -29,7 +29,10 @@
 //! - Slot and prefill waits are recomputed at every estimate by replaying the pod's open
 //!   requests, in issue order, through its slots and FCFS prefill with the current rates.
 //! - A fresh engine snapshot (see [`EngineSnapshot`]) adds the engine's requests the router did
-//!   not route itself (other router replicas) as open requests ending half a service time away.
+//!   not route itself (other router replicas) as open requests ending half a service time away:
+//!   `unseen = running + waiting − own`, where `own` is the number of this router's open
+//!   requests on the pod when the snapshot was recorded. (Requests routed or completed since
+//!   then are in, or gone from, the open requests already, so neither is counted twice.)
 //! - `prefill_rate_p`, `overhead_p` and `tpot_p` start at configured priors and are learned per
 //!   pod from successful completions; `bytes_per_token` and `expected_output` are learned across
 //!   pods. Learning is a bounded EWMA: each sample is first clamped to within a factor
@@ -183,8 +186,8 @@ pub struct EngineSnapshot {
 pub(crate) struct ObservedEngine {
     pub(crate) snapshot: EngineSnapshot,
     pub(crate) at: Timestamp,
-    // requests routed to the pod since the snapshot was taken
-    pub(crate) routed_since: u32,
+    // the router's own open requests on the pod when the snapshot was recorded
+    pub(crate) own_open: u32,
 }
 
 /// A learned fraction in [0, 1]: a plain EWMA of samples clamped to [0, 1], so one sample
@@ -267,7 +270,7 @@ impl PodModel {
         self.engine = Some(ObservedEngine {
             snapshot,
             at,
-            routed_since: 0,
+            own_open: u32::try_from(self.open.len()).unwrap_or(u32::MAX),
         });
     }
 
@@ -367,9 +370,12 @@ pub(crate) fn estimate(
         .engine
         .filter(|e| now.millis_since(e.at) <= cfg.snapshot_max_age_ms)
     {
-        let engine_load = (engine.snapshot.running + engine.snapshot.waiting)
-            .saturating_add(engine.routed_since) as usize;
-        for _ in 0..engine_load.saturating_sub(pod.open.len()) {
+        let unseen = engine
+            .snapshot
+            .running
+            .saturating_add(engine.snapshot.waiting)
+            .saturating_sub(engine.own_open);
+        for _ in 0..unseen {
             let end = take_slot(&mut slots).max(now_ms) + decode_ms / 2.0;
             slots.push(Reverse((end * 1_000.0) as u64));
         }
@@ -395,9 +401,6 @@ pub(crate) fn commit(pod: &mut PodModel, ticket: Ticket, est: &Estimate, now: Ti
         uncached_tokens: est.uncached_tokens,
     });
     pod.predicted_hit_tokens += est.cached_tokens as u64;
-    if let Some(engine) = pod.engine.as_mut() {
-        engine.routed_since = engine.routed_since.saturating_add(1);
-    }
 }
 
 /// What the router remembers about a routed request, for learning at completion.
@@ -552,7 +555,7 @@ mod tests {
                 ..Default::default()
             },
             at: t(0),
-            routed_since: 0,
+            own_open: 0,
         });
         let job = Job {
             prompt_tokens: 100.0,
@@ -562,6 +565,44 @@ mod tests {
         assert_eq!(
             estimate(&pod, &g, &c, job, t(2_001), &mut Vec::new()).queue_ms,
             0.0
+        );
+    }
+
+    #[test]
+    fn snapshot_load_the_router_routed_is_not_counted_twice() {
+        let c = cfg(); // max_seqs 2
+        let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let open = |n| OpenRequest {
+            ticket: Ticket(n),
+            issued: t(0),
+            uncached_tokens: 0.0,
+        };
+        pod.open = vec![open(1), open(2)];
+        // The engine shows exactly the router's two requests.
+        pod.observe(
+            EngineSnapshot {
+                running: 2,
+                ..Default::default()
+            },
+            t(0),
+        );
+        // One completes: a slot is free, with no phantom request left in its place.
+        pod.forget_ticket(Ticket(1));
+        let job = Job {
+            prompt_tokens: 100.0,
+            matched_bytes: 0.0,
+        };
+        assert_eq!(
+            estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms,
+            0.0
+        );
+        // A request routed after the snapshot fills the slot once, not twice.
+        pod.open.push(open(3));
+        let busy = estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms;
+        pod.engine = None;
+        assert_eq!(
+            estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms,
+            busy
         );
     }
 
