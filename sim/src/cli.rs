@@ -102,6 +102,12 @@ struct StudyArgs {
     /// The per-pod capacity told to the router (default: --max-num-seqs); least-ttft uses it.
     #[arg(long)]
     router_max_seqs: Option<u32>,
+    /// Replicas (pods A, B, C, ...); the study had 2.
+    #[arg(long, default_value_t = 2)]
+    replicas: usize,
+    /// Arrivals per second (the study's: 1.6).
+    #[arg(long, default_value_t = crate::workload::STUDY_RATE)]
+    rate: f64,
     /// Write records (JSONL), the summary (JSON) and one SVG plot per scenario here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -373,8 +379,18 @@ fn study_cmd(a: StudyArgs) -> ExitCode {
         arrivals,
         observe_engines: !a.no_engine_snapshots,
         router_max_seqs: a.router_max_seqs,
+        replicas: a.replicas,
+        rate: a.rate,
         ..Default::default()
     };
+    if a.replicas == 0 || a.replicas > 4096 {
+        eprintln!("error: --replicas must be between 1 and 4096");
+        return ExitCode::from(2);
+    }
+    if !(a.rate.is_finite() && a.rate > 0.0) {
+        eprintln!("error: --rate must be a positive number of requests per second");
+        return ExitCode::from(2);
+    }
     if let Err(e) = cfg.engine.validate() {
         eprintln!("error: {e}");
         return ExitCode::from(2);
@@ -402,7 +418,7 @@ fn study_cmd(a: StudyArgs) -> ExitCode {
         .map(|(b, a)| b - a);
     let rows: Vec<_> = phases.iter().map(|p| p.summary.clone()).collect();
     print!("{}", crate::report::study_table(&rows));
-    let pods = crate::cluster::ClusterConfig::default().pods;
+    let pods = crate::study::pod_names(cfg.replicas);
     if a.verbose {
         println!();
         for p in &phases {
@@ -429,19 +445,6 @@ fn study_cmd(a: StudyArgs) -> ExitCode {
         ),
     }
     ExitCode::SUCCESS
-}
-
-fn pod_names(n: usize) -> Vec<String> {
-    (0..n)
-        .map(|i| {
-            let letter = char::from(b'A' + (i % 26) as u8);
-            if i < 26 {
-                letter.to_string()
-            } else {
-                format!("{letter}{}", i / 26)
-            }
-        })
-        .collect()
 }
 
 fn run_cmd(a: RunArgs) -> ExitCode {
@@ -471,7 +474,7 @@ fn run_cmd(a: RunArgs) -> ExitCode {
             Err(c) => return c,
         }
     };
-    let pods = pod_names(a.pods);
+    let pods = crate::study::pod_names(a.pods);
     let mut rows = Vec::new();
     let mut all = Vec::new();
     let mut series = Vec::new();

@@ -424,7 +424,7 @@ async fn prime(cfg: &ReplayConfig, client: &HttpClient, phase: &StudyPhase) -> V
                     .unwrap_or_else(|| "?".into());
                 homes.push(format!(
                     "{f}{}→{pod}",
-                    if f == 0 && cfg.scenario.engine_home(0).is_some() {
+                    if f == 0 && cfg.scenario.engine_home(0, 2).is_some() {
                         "(hot)"
                     } else {
                         ""

@@ -61,6 +61,9 @@ pub struct StudyConfig {
     pub ttft_priors: TtftConfig,
     /// The per-pod capacity told to the router (`None` = the engine's `max_num_seqs`).
     pub router_max_seqs: Option<u32>,
+    /// Replicas (pods A, B, C, ...); the study had 2. See [`crate::workload`] for how the
+    /// scenarios' initial states generalise to other counts.
+    pub replicas: usize,
 }
 
 impl Default for StudyConfig {
@@ -81,8 +84,23 @@ impl Default for StudyConfig {
             observe_engines: true,
             ttft_priors: TtftConfig::default(),
             router_max_seqs: None,
+            replicas: 2,
         }
     }
+}
+
+/// Pod names for `n` replicas: A, B, ..., Z, A1, B1, ...
+pub fn pod_names(n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            let letter = char::from(b'A' + (i % 26) as u8);
+            if i < 26 {
+                letter.to_string()
+            } else {
+                format!("{letter}{}", i / 26)
+            }
+        })
+        .collect()
 }
 
 /// One simulated phase.
@@ -178,6 +196,7 @@ pub fn run_phase(
         },
         observe_engines: cfg.observe_engines,
         router_max_seqs: cfg.router_max_seqs,
+        pods: pod_names(cfg.replicas),
         ..ClusterConfig::default()
     };
     let pods = cluster_cfg.pods.clone();
@@ -188,10 +207,10 @@ pub fn run_phase(
             for pod in 0..pods.len() {
                 cluster.prime_engine(pod, &prompt);
             }
-        } else if let Some(home) = scenario.engine_home(family) {
+        } else if let Some(home) = scenario.engine_home(family, pods.len()) {
             cluster.prime_engine(home, &prompt);
         }
-        if let Some(home) = scenario.index_home(family) {
+        if let Some(home) = scenario.index_home(family, pods.len()) {
             cluster.place_in_index(home, &prompt)?;
         }
     }

@@ -13,6 +13,15 @@
 //!   engine, the router index built by a bootstrap that placed families 4/4 (round 1) or
 //!   6 on A / 2 on B (round 2). hot50/hot90 = each family cached on one engine only and the
 //!   index recording that: the hot family and families 5–7 on B, families 1–4 on A.
+//! - With `n` replicas instead of the study's two (pods A, B, C, ...), the initial states
+//!   generalise as follows. hot50/hot90: the families, in the order 1, 2, ..., 7, 0, are cut
+//!   into `n` contiguous runs of (as near as possible) equal length, one per pod, so the hot
+//!   family 0 shares the last pod with the families just before it (two pods: 1–4 on A,
+//!   5–7 and 0 on B, as in the study; four: 1–2 A, 3–4 B, 5–6 C, 7 and 0 D). warm 4/4 (the
+//!   balanced bootstrap, a least-request pass over idle pods) indexes 8/n families per pod in
+//!   contiguous runs; warm 6/2 (the lopsided one) indexes families 0–5 on A and spreads the
+//!   rest in contiguous runs over the other pods. Engines are warm with every family on
+//!   every pod, as in the study.
 //!
 //! ## Trace format (JSONL, one request per line)
 //! ```json
@@ -111,21 +120,36 @@ impl Scenario {
         }
     }
 
-    /// Where each family is cached (and indexed) before the phase: `Some(0)` = A only,
-    /// `Some(1)` = B only, `None` = both engines (warm) or neither (cold).
-    pub fn engine_home(self, family: usize) -> Option<usize> {
+    /// Where each family is cached (and indexed) before the phase with `pods` replicas:
+    /// `Some(i)` = pod `i` only, `None` = every engine (warm) or none (cold). See the module
+    /// docs for how the study's two-pod homes generalise.
+    pub fn engine_home(self, family: usize, pods: usize) -> Option<usize> {
         match self {
             Scenario::Cold | Scenario::Warm { .. } => None,
-            Scenario::Hot50 | Scenario::Hot90 => Some(hot_home(family)),
+            Scenario::Hot50 | Scenario::Hot90 => Some(hot_home(family, pods)),
         }
     }
 
-    /// Where the router's index places each family before the phase (`None` = nowhere).
-    pub fn index_home(self, family: usize) -> Option<usize> {
+    /// Where the router's index places each family before the phase with `pods` replicas
+    /// (`None` = nowhere).
+    pub fn index_home(self, family: usize, pods: usize) -> Option<usize> {
+        let pods = pods.max(1);
         match self {
             Scenario::Cold => None,
-            Scenario::Warm { on_a } => Some(usize::from(family >= usize::from(on_a))),
-            Scenario::Hot50 | Scenario::Hot90 => Some(hot_home(family)),
+            // The balanced bootstrap: 8 / pods families per pod, in order.
+            Scenario::Warm { on_a } if usize::from(on_a) * 2 == STUDY_FAMILIES => {
+                Some(family * pods / STUDY_FAMILIES)
+            }
+            // The lopsided one: the first `on_a` families on A, the rest spread over the others.
+            Scenario::Warm { on_a } => {
+                let on_a = usize::from(on_a).min(STUDY_FAMILIES);
+                if family < on_a || pods == 1 {
+                    Some(0)
+                } else {
+                    Some(1 + (family - on_a) * (pods - 1) / (STUDY_FAMILIES - on_a))
+                }
+            }
+            Scenario::Hot50 | Scenario::Hot90 => Some(hot_home(family, pods)),
         }
     }
 
@@ -135,9 +159,11 @@ impl Scenario {
     }
 }
 
-// The hot family (0) and families 5–7 live on B (1); families 1–4 on A (0).
-fn hot_home(family: usize) -> usize {
-    usize::from(family == 0 || family >= 5)
+// Families in the order 1..=7, 0, cut into `pods` contiguous runs: with two pods the hot family
+// (0) and families 5–7 live on B (1), families 1–4 on A (0).
+fn hot_home(family: usize, pods: usize) -> usize {
+    let rank = (family + STUDY_FAMILIES - 1) % STUDY_FAMILIES;
+    rank * pods.max(1) / STUDY_FAMILIES
 }
 
 impl fmt::Display for Scenario {
@@ -491,19 +517,32 @@ mod tests {
     fn scenario_counts_and_homes() {
         assert_eq!(Scenario::Hot90.family_counts().iter().sum::<usize>(), 96);
         assert_eq!(Scenario::Hot50.family_counts().iter().sum::<usize>(), 96);
-        assert_eq!(Scenario::Hot50.engine_home(0), Some(1));
+        assert_eq!(Scenario::Hot50.engine_home(0, 2), Some(1));
+        let homes = |s: Scenario, pods| (0..8).map(|f| s.index_home(f, pods)).collect::<Vec<_>>();
+        let some = |v: [usize; 8]| v.map(Some).to_vec();
+        // The study's two pods.
+        assert_eq!(homes(Scenario::Hot90, 2), some([1, 0, 0, 0, 0, 1, 1, 1]));
         assert_eq!(
-            (0..8)
-                .filter(|&f| Scenario::Hot90.index_home(f) == Some(0))
-                .count(),
-            4
+            homes(Scenario::Warm { on_a: 4 }, 2),
+            some([0, 0, 0, 0, 1, 1, 1, 1])
         );
         assert_eq!(
-            (0..8)
-                .filter(|&f| Scenario::Warm { on_a: 6 }.index_home(f) == Some(0))
-                .count(),
-            6
+            homes(Scenario::Warm { on_a: 6 }, 2),
+            some([0, 0, 0, 0, 0, 0, 1, 1])
         );
+        // Four pods: contiguous runs; the hot family shares the last pod with family 7.
+        assert_eq!(homes(Scenario::Hot50, 4), some([3, 0, 0, 1, 1, 2, 2, 3]));
+        assert_eq!(
+            homes(Scenario::Warm { on_a: 4 }, 4),
+            some([0, 0, 1, 1, 2, 2, 3, 3])
+        );
+        assert_eq!(
+            homes(Scenario::Warm { on_a: 6 }, 4),
+            some([0, 0, 0, 0, 0, 0, 1, 2])
+        );
+        assert_eq!(homes(Scenario::Warm { on_a: 6 }, 1), some([0; 8]));
+        assert_eq!(homes(Scenario::Hot50, 1), some([0; 8]));
+        assert_eq!(Scenario::Cold.index_home(3, 4), None);
         assert_eq!(Scenario::parse("warm-6-2"), Ok(Scenario::Warm { on_a: 6 }));
         assert!(Scenario::parse("tepid").is_err());
     }
