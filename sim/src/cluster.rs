@@ -375,19 +375,13 @@ impl Cluster {
                     let Some(id) = deferred.pop_front() else {
                         break;
                     };
-                    in_flight += 1;
-                    if let Some(pod) = self.send(
-                        id,
-                        &arrivals[id],
-                        specs[id].as_ref().unwrap_or(default_strategy),
-                        now,
-                        &mut live,
-                        &mut records,
-                    ) {
-                        pending.push_back((now + self.config.overhead_us, id, pod));
-                    } else {
-                        in_flight -= 1;
-                        done += 1;
+                    let spec = specs[id].as_ref().unwrap_or(default_strategy);
+                    match self.send(id, &arrivals[id], spec, now, &mut live, &mut records) {
+                        Some(p) => {
+                            in_flight += 1;
+                            pending.push_back(p);
+                        }
+                        None => done += 1,
                     }
                 }
                 continue;
@@ -412,19 +406,13 @@ impl Cluster {
                 let id = next_arrival;
                 next_arrival += 1;
                 if in_flight < self.config.client_cap {
-                    in_flight += 1;
-                    if let Some(pod) = self.send(
-                        id,
-                        &arrivals[id],
-                        specs[id].as_ref().unwrap_or(default_strategy),
-                        now,
-                        &mut live,
-                        &mut records,
-                    ) {
-                        pending.push_back((now + self.config.overhead_us, id, pod));
-                    } else {
-                        in_flight -= 1;
-                        done += 1;
+                    let spec = specs[id].as_ref().unwrap_or(default_strategy);
+                    match self.send(id, &arrivals[id], spec, now, &mut live, &mut records) {
+                        Some(p) => {
+                            in_flight += 1;
+                            pending.push_back(p);
+                        }
+                        None => done += 1,
                     }
                 } else {
                     deferred.push_back(id);
@@ -492,7 +480,9 @@ impl Cluster {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Routes request `id` at `now` and returns its entry for the pending queue (when it
+    /// reaches its engine, the request id, the pod); `None` if it could not be routed (recorded
+    /// as a failure).
     fn send(
         &mut self,
         id: usize,
@@ -501,7 +491,7 @@ impl Cluster {
         now: u64,
         live: &mut [Live],
         records: &mut [RequestRecord],
-    ) -> Option<usize> {
+    ) -> Option<(u64, usize, usize)> {
         let hashes = self.router.hash_config().hashes(a.prompt.as_bytes());
         let rec = &mut records[id];
         rec.sent_s = Some(now as f64 / 1e6);
@@ -524,7 +514,7 @@ impl Cluster {
         rec.decision = Some(d.to_string());
         live[id].pod = pod;
         live[id].ticket = Some(d.ticket);
-        Some(pod)
+        Some((now + self.config.overhead_us, id, pod))
     }
 
     /// Hands a routed request to its engine; false (a failed request) if the engine rejects it.
