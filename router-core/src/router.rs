@@ -68,6 +68,34 @@ struct Scratch {
     ends: Vec<u64>,
 }
 
+/// The request's size as the TTFT model sees it (prompt length is known only in hash blocks).
+#[derive(Clone, Copy, Debug)]
+struct JobSize {
+    prompt_bytes: f64,
+    prompt_tokens: f64,
+    /// Hash block size in bytes.
+    block: f64,
+}
+
+impl JobSize {
+    fn job(&self, c: &Candidate) -> Job {
+        Job {
+            prompt_tokens: self.prompt_tokens,
+            matched_bytes: f64::from(c.matched) * self.block,
+        }
+    }
+}
+
+/// A strategy's pick, before it is committed.
+#[derive(Clone, Copy, Debug)]
+struct Picked {
+    index: usize,
+    reason: Reason,
+    imbalance: bool,
+    runner_up: Option<f64>,
+    total_blocks: u32,
+}
+
 /// The routing state machine. See the crate docs for the contract.
 #[derive(Debug)]
 pub struct Router {
@@ -304,6 +332,19 @@ impl Router {
             self.unknown_model += 1;
             return Err(RouteError::UnknownModel);
         };
+        if !self.candidates(model, req.hashes, now) {
+            self.model_stats[model.index()].no_ready_pod += 1;
+            return Err(RouteError::NoReadyPod);
+        }
+        let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
+        let job = self.estimates(req.strategy, total_blocks, now);
+        let picked = self.select(req.strategy, total_blocks);
+        Ok(self.commit(model, req.hashes, job, picked, now))
+    }
+
+    /// Step 1: the ready pods of `model` with their loads and prefix matches, into the scratch
+    /// candidates. False when no pod is ready.
+    fn candidates(&mut self, model: ModelId, hashes: &[BlockHash], now: Timestamp) -> bool {
         let s = &mut self.scratch;
         s.cands.clear();
         s.pods.clear();
@@ -319,29 +360,38 @@ impl Router {
             }
         }
         if s.cands.is_empty() {
-            self.model_stats[model.index()].no_ready_pod += 1;
-            return Err(RouteError::NoReadyPod);
+            return false;
         }
         self.index
-            .longest_matches(model, req.hashes, &s.pods, now, &mut s.matched);
+            .longest_matches(model, hashes, &s.pods, now, &mut s.matched);
         for (c, &m) in s.cands.iter_mut().zip(&s.matched) {
             c.matched = m;
         }
-        let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
-        let spec = req.strategy.unwrap_or(&self.config.default_strategy);
+        true
+    }
 
-        // The TTFT model: every candidate when the strategy needs it, else only the winner.
+    /// Step 2: the TTFT model's estimate for every candidate when the strategy (`None` = the
+    /// default) needs it (else none; the winner's is computed at commit). Returns the request's
+    /// size as the model sees it.
+    fn estimates(
+        &mut self,
+        strategy: Option<&StrategySpec>,
+        total_blocks: u32,
+        now: Timestamp,
+    ) -> JobSize {
+        let spec = strategy.unwrap_or(&self.config.default_strategy);
         let block = self.hash.block_size() as f64;
         let prompt_bytes = if total_blocks == 0 {
             0.0
         } else {
             f64::from(total_blocks) * block + block / 2.0
         };
-        let prompt_tokens = prompt_bytes / self.global.bytes_per_token.get();
-        let job_for = |c: &Candidate| Job {
-            prompt_tokens,
-            matched_bytes: f64::from(c.matched) * block,
+        let size = JobSize {
+            prompt_bytes,
+            prompt_tokens: prompt_bytes / self.global.bytes_per_token.get(),
+            block,
         };
+        let s = &mut self.scratch;
         s.estimates.clear();
         s.ttft.clear();
         if spec.contains(Strategy::LeastTtft) {
@@ -351,7 +401,7 @@ impl Router {
                     pod,
                     &self.global,
                     &self.config.ttft,
-                    job_for(c),
+                    size.job(c),
                     now,
                     &mut s.ends,
                 );
@@ -359,6 +409,14 @@ impl Router {
                 s.estimates.push(e);
             }
         }
+        size
+    }
+
+    /// Step 3: the strategy's pick among the candidates (the only step that draws from the
+    /// PRNG).
+    fn select(&mut self, strategy: Option<&StrategySpec>, total_blocks: u32) -> Picked {
+        let spec = strategy.unwrap_or(&self.config.default_strategy);
+        let s = &mut self.scratch;
         let mut runner_up = None;
         let (index, reason, imbalance) = match spec.as_single() {
             Some(Strategy::Random) => (
@@ -409,6 +467,33 @@ impl Router {
                 (i, Reason::Weighted, false)
             }
         };
+        Picked {
+            index,
+            reason,
+            imbalance,
+            runner_up,
+            total_blocks,
+        }
+    }
+
+    /// Step 4: commits the pick: index write, ticket, in-flight count, the TTFT model's open
+    /// request, stats, and the decision.
+    fn commit(
+        &mut self,
+        model: ModelId,
+        hashes: &[BlockHash],
+        size: JobSize,
+        picked: Picked,
+        now: Timestamp,
+    ) -> Decision {
+        let Picked {
+            index,
+            reason,
+            imbalance,
+            runner_up,
+            total_blocks,
+        } = picked;
+        let s = &mut self.scratch;
         let chosen = s.cands[index];
         let loads = LoadSnapshot {
             chosen: chosen.load,
@@ -426,15 +511,15 @@ impl Router {
                     pod,
                     &self.global,
                     &self.config.ttft,
-                    job_for(&chosen),
+                    size.job(&chosen),
                     now,
                     &mut s.ends,
                 )
             }
         };
-        self.index.insert(model, chosen.pod, req.hashes, now);
+        self.index.insert(model, chosen.pod, hashes, now);
         let context = TicketContext {
-            prompt_bytes,
+            prompt_bytes: size.prompt_bytes,
             queue_ms: est.queue_ms,
             uncached_tokens: est.uncached_tokens,
             indexed_tokens: est.indexed_tokens,
@@ -448,7 +533,7 @@ impl Router {
             ttft_ms: est.ttft_ms.round() as u32,
             queue_ms: est.queue_ms.round() as u32,
             cached_tokens: est.cached_tokens as u32,
-            prompt_tokens: prompt_tokens.round() as u32,
+            prompt_tokens: size.prompt_tokens.round() as u32,
             runner_up_ttft_ms: runner_up.map(|r: f64| r.round() as u32),
         };
 
@@ -461,7 +546,7 @@ impl Router {
         if imbalance {
             stats.imbalance_events += 1;
         }
-        Ok(Decision {
+        Decision {
             pod: chosen.pod,
             pod_name: pod.name.clone(),
             address: pod.address.clone(),
@@ -474,7 +559,7 @@ impl Router {
             total_blocks,
             loads,
             prediction,
-        })
+        }
     }
 
     /// Releases the ticket's in-flight slot, exactly once. A second completion, or one for a
