@@ -29,4 +29,5 @@ demo-envoy: $(ENVOY_BIN)
 
 bench-envoy: $(ENVOY_BIN)
 	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim
+	$(CARGO) build --release -q -p kvroute-ext-proc --example floor
 	ENVOY_BIN=$(ENVOY_BIN) python3 scripts/bench-envoy.py

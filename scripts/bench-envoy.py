@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Bounded load benchmark: what kvroute-ext-proc costs in front of two kvroute-sim replicas.
 
-One Envoy process (--concurrency 1), the same two replicas, three listeners:
+One Envoy process (--concurrency 1), the same two replicas, four listeners:
   rr        Envoy alone, ROUND_ROBIN over the two replicas (no ext_proc)
+  floor     Envoy + the protocol floor (ext-proc/examples/floor.rs: the same tonic stack and
+            replies, round-robin, no parsing or routing), response-headers phase SEND
   kv        Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SEND (default)
   kv-nohdr  Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SKIP
 The ext_proc listeners use the filter settings of envoy/envoy.template.yaml (BUFFERED request
@@ -10,10 +12,13 @@ body, response trailers SEND, metadata routing). Requests are study-shaped: ~28 
 from 8 salted families, a new question number per request, non-streaming, max_tokens 1, the
 replicas at a large speed-up so that the engine time is small and constant.
 
-Each phase sends a fixed number of requests with a closed-loop asyncio client over
-keep-alive connections (concurrency 1 for latency, 8 for "moderate load"); phases are
-interleaved over rounds. CPU is read from /proc/<pid>/task/*/schedstat around each phase.
-Prints a table per (listener, concurrency) and the added p50/p99 of kv vs rr (medians over
+Each phase sends a fixed number of requests with an asyncio client over keep-alive
+connections, in three load shapes: "c=1" (closed loop, one connection: latency with an idle
+machine), "N/s" (open loop at a fixed moderate rate over 8 connections, --rate, default
+1000 requests/s: well under every listener's capacity) and "c=8" (closed loop, 8 connections:
+saturation, every process competes for the 2 cores, so latency there is mostly CPU queueing);
+phases are interleaved over rounds. CPU is read from /proc/<pid>/task/*/schedstat around each phase.
+Prints a table per (listener, load shape) and the added p50/p99 of kv vs rr (medians over
 rounds). Everything runs on 127.0.0.1 with ports chosen at run time and stops on exit.
 Numbers are relative: client, Envoy, kvroute and replicas share the machine's cores.
 """
@@ -78,12 +83,12 @@ def cpu_ns(pid):
     return total
 
 
-def ext_proc_filter(ext_cluster, response_headers):
+def ext_proc_filter(cluster, response_headers):
     return {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-            "grpc_service": {"envoy_grpc": {"cluster_name": ext_cluster}, "timeout": "5s"},
+            "grpc_service": {"envoy_grpc": {"cluster_name": cluster}, "timeout": "5s"},
             "failure_mode_allow": True,
             "message_timeout": "0.5s",
             "processing_mode": {
@@ -120,9 +125,19 @@ def listener(name, filters, routes):
     }
 
 
-def envoy_config(ext_addr, pods):
+def ext_cluster(name, addr, breakers):
+    host, port = addr.rsplit(":", 1)
+    return {"name": name, "type": "STATIC", "connect_timeout": "0.25s",
+            "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                "explicit_http_config": {"http2_protocol_options": {}}}},
+            "circuit_breakers": breakers,
+            "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": int(port)}}}}]}]}}
+
+
+def envoy_config(ext_addr, floor_addr, pods):
     breakers = {"thresholds": [{"max_requests": 100000, "max_pending_requests": 100000, "max_connections": 100000}]}
-    eh, ep = ext_addr.rsplit(":", 1)
     rr_route = [{"match": {"prefix": "/"}, "route": {"cluster": "rr", "timeout": "0s"}}]
     kv_routes = [
         {"match": {"prefix": "/", "dynamic_metadata": [{"filter": "envoy.lb",
@@ -139,17 +154,13 @@ def envoy_config(ext_addr, pods):
         "static_resources": {
             "listeners": [
                 listener("rr", [], rr_route),
+                listener("floor", [ext_proc_filter("floor", True)], kv_routes),
                 listener("kv", [ext_proc_filter("ext_proc", True)], kv_routes),
                 listener("kv-nohdr", [ext_proc_filter("ext_proc", False)], kv_routes),
             ],
             "clusters": [
-                {"name": "ext_proc", "type": "STATIC", "connect_timeout": "0.25s",
-                 "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                     "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                     "explicit_http_config": {"http2_protocol_options": {}}}},
-                 "circuit_breakers": breakers,
-                 "load_assignment": {"cluster_name": "ext_proc", "endpoints": [{"lb_endpoints": [
-                     {"endpoint": {"address": {"socket_address": {"address": eh, "port_value": int(ep)}}}}]}]}},
+                ext_cluster("ext_proc", ext_addr, breakers),
+                ext_cluster("floor", floor_addr, breakers),
                 {"name": "pods", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED", "connect_timeout": "6s",
                  "original_dst_lb_config": {"metadata_key": {"key": "envoy.lb",
                                                              "path": [{"key": "x-gateway-destination-endpoint"}]}},
@@ -176,11 +187,15 @@ def study_bodies(n, repeats=300, seed=7):
     return bodies
 
 
-async def one_conn(host, port, reqs, lat, errors):
+async def one_conn(host, port, reqs, lat, errors, starts=None):
     reader, writer = await asyncio.open_connection(host, port)
     sock = writer.get_extra_info("socket")
     sock.setsockopt(__import__("socket").IPPROTO_TCP, __import__("socket").TCP_NODELAY, 1)
-    for req in reqs:
+    for i, req in enumerate(reqs):
+        if starts:
+            delay = starts[i] - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
         t = time.perf_counter()
         writer.write(req)
         head = await reader.readuntil(b"\r\n\r\n")
@@ -196,13 +211,19 @@ async def one_conn(host, port, reqs, lat, errors):
     writer.close()
 
 
-async def run_phase(addr, bodies, count, conc, offset):
+async def run_phase(addr, bodies, count, conc, offset, rate=None):
+    """count requests over conc connections: closed loop, or open loop at rate requests/s
+    (connection c sends its i-th request at t0 + (i * conc + c) / rate, or at once if late)."""
     host, port = addr.rsplit(":", 1)
     lat, errors = [], []
     per = count // conc
     chunks = [[bodies[(offset + c * per + i) % len(bodies)] for i in range(per)] for c in range(conc)]
     t0 = time.perf_counter()
-    await asyncio.gather(*(one_conn(host, int(port), ch, lat, errors) for ch in chunks))
+    starts = None
+    if rate:
+        starts = [[t0 + (i * conc + c) / rate for i in range(per)] for c in range(conc)]
+    await asyncio.gather(*(one_conn(host, int(port), ch, lat, errors, starts and starts[c])
+                           for c, ch in enumerate(chunks)))
     return lat, errors, time.perf_counter() - t0
 
 
@@ -219,11 +240,14 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--requests", type=int, default=800, help="requests per phase at concurrency 1")
     ap.add_argument("--load-requests", type=int, default=2400, help="requests per phase at concurrency 8")
+    ap.add_argument("--rate", type=float, default=1000.0, help="open-loop rate of the moderate-load phase, requests/s")
+    ap.add_argument("--rate-requests", type=int, default=2400, help="requests per open-loop phase")
     ap.add_argument("--speedup", type=float, default=10000.0)
     ap.add_argument("--repeats", type=int, default=300, help="filler sentences per prompt (300 = the study's ~28 KB)")
     ap.add_argument("--ext-workers", type=int, default=1, help="kvroute-ext-proc tokio worker threads")
     args = ap.parse_args()
-    for b in (os.path.join(BIN, "kvroute-ext-proc"), os.path.join(BIN, "kvroute-sim"), ENVOY):
+    floor_bin = os.path.join(BIN, "examples", "floor")
+    for b in (os.path.join(BIN, "kvroute-ext-proc"), os.path.join(BIN, "kvroute-sim"), floor_bin, ENVOY):
         if not os.access(b, os.X_OK):
             sys.exit(f"missing {b} (run: make bench-envoy)")
     work = tempfile.mkdtemp(prefix="kvroute-bench.")
@@ -242,9 +266,11 @@ def main():
                            "--workers", str(args.ext_workers)],
                           f"{work}/ext-proc.log", "listening grpc=")
         fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        floor, fline = start([floor_bin] + [a for _, a, _ in sims], f"{work}/floor.log", "floor listening")
+        floor_addr = fline.split("grpc=", 1)[1]
         ecfg = f"{work}/envoy.json"
         with open(ecfg, "w") as f:
-            json.dump(envoy_config(fields["grpc"], [a for _, a, _ in sims]), f)
+            json.dump(envoy_config(fields["grpc"], floor_addr, [a for _, a, _ in sims]), f)
         envoy, _ = start([ENVOY, "-c", ecfg, "--admin-address-path", f"{work}/admin", "--concurrency", "1",
                           "--base-id", str(9000 + os.getpid() % 1000), "-l", "warning"], f"{work}/envoy.log")
         for _ in range(300):
@@ -263,42 +289,53 @@ def main():
 
         bodies = study_bodies(4096, args.repeats)
         print(f"body size {len(bodies[0])} bytes; replicas at speed-up {args.speedup:g}; "
-              f"{args.rounds} rounds x (c=1: {args.requests}, c=8: {args.load_requests}) requests per listener")
-        names = ["rr", "kv", "kv-nohdr"]
+              f"{args.rounds} rounds x (c=1: {args.requests}, {args.rate:g}/s: {args.rate_requests}, "
+              f"c=8: {args.load_requests}) requests per listener")
+        shapes = [("c=1", 1, args.requests, None), (f"{args.rate:g}/s", 8, args.rate_requests, args.rate),
+                  ("c=8", 8, args.load_requests, None)]
+        names = ["rr", "floor", "kv", "kv-nohdr"]
         for n in names:  # warm-up: connections, index, allocator
             asyncio.run(run_phase(ports[n], bodies, 200, 4, 0))
         results = {}
         offset = 0
         for r in range(args.rounds):
-            order = names[r % 3:] + names[:r % 3]
+            order = names[r % len(names):] + names[:r % len(names)]
             for n in order:
-                for conc, count in ((1, args.requests), (8, args.load_requests)):
-                    e0, x0 = cpu_ns(envoy.pid), cpu_ns(ext.pid)
-                    lat, errors, wall = asyncio.run(run_phase(ports[n], bodies, count, conc, offset))
-                    e1, x1 = cpu_ns(envoy.pid), cpu_ns(ext.pid)
+                side = floor if n == "floor" else ext
+                for shape, conc, count, rate in shapes:
+                    e0, x0 = cpu_ns(envoy.pid), cpu_ns(side.pid)
+                    lat, errors, wall = asyncio.run(run_phase(ports[n], bodies, count, conc, offset, rate))
+                    e1, x1 = cpu_ns(envoy.pid), cpu_ns(side.pid)
                     offset += count
                     done = len(lat)
-                    results.setdefault((n, conc), []).append({
+                    results.setdefault((n, shape), []).append({
                         "p50": pct(lat, 0.5) * 1e3, "p99": pct(lat, 0.99) * 1e3, "rps": done / wall,
                         "envoy_us": (e1 - e0) / 1e3 / done, "ext_us": (x1 - x0) / 1e3 / done, "errors": len(errors)})
         med = lambda rows, k: statistics.median(x[k] for x in rows)
         print()
-        print("| listener | conc | p50 ms | p99 ms | req/s | Envoy CPU µs/req | kvroute CPU µs/req | errors |")
+        print("| listener | load | p50 ms | p99 ms | req/s | Envoy CPU µs/req | ext_proc CPU µs/req | errors |")
         print("|---|---|---|---|---|---|---|---|")
         for n in names:
-            for conc in (1, 8):
-                rows = results[(n, conc)]
-                print(f"| {n} | {conc} | {med(rows, 'p50'):.3f} | {med(rows, 'p99'):.3f} | {med(rows, 'rps'):.0f} | "
+            for shape, *_ in shapes:
+                rows = results[(n, shape)]
+                print(f"| {n} | {shape} | {med(rows, 'p50'):.3f} | {med(rows, 'p99'):.3f} | {med(rows, 'rps'):.0f} | "
                       f"{med(rows, 'envoy_us'):.0f} | {med(rows, 'ext_us'):.0f} | {sum(x['errors'] for x in rows)} |")
         print()
-        print("Added by kvroute-ext-proc vs Envoy round-robin alone (medians over rounds):")
-        for n in ("kv", "kv-nohdr"):
-            for conc in (1, 8):
-                a, b = results[(n, conc)], results[("rr", conc)]
-                print(f"  {n:8s} c={conc}: p50 +{med(a, 'p50') - med(b, 'p50'):.3f} ms, "
+        print("Added by the ext_proc server vs Envoy round-robin alone (medians over rounds):")
+        for n in ("floor", "kv", "kv-nohdr"):
+            for shape, *_ in shapes:
+                a, b = results[(n, shape)], results[("rr", shape)]
+                print(f"  {n:8s} {shape:>7s}: p50 +{med(a, 'p50') - med(b, 'p50'):.3f} ms, "
                       f"p99 +{med(a, 'p99') - med(b, 'p99'):.3f} ms, req/s {med(a, 'rps'):.0f} vs {med(b, 'rps'):.0f}, "
                       f"Envoy CPU +{med(a, 'envoy_us') - med(b, 'envoy_us'):.0f} µs/req, "
-                      f"kvroute CPU {med(a, 'ext_us'):.0f} µs/req")
+                      f"ext_proc CPU {med(a, 'ext_us'):.0f} µs/req")
+        print("kvroute-ext-proc (response headers on) vs the protocol floor (medians over rounds):")
+        for shape, *_ in shapes:
+            a, b = results[("kv", shape)], results[("floor", shape)]
+            print(f"  {shape:>7s}: p50 +{med(a, 'p50') - med(b, 'p50'):.3f} ms, "
+                  f"ext_proc CPU {med(a, 'ext_us'):.0f} vs {med(b, 'ext_us'):.0f} µs/req "
+                  f"(kvroute's own work {med(a, 'ext_us') - med(b, 'ext_us'):.0f} µs/req), "
+                  f"Envoy CPU {med(a, 'envoy_us'):.0f} vs {med(b, 'envoy_us'):.0f} µs/req")
         metrics = urllib.request.urlopen(f"http://{fields['admin']}/metrics").read().decode()
         inflight = sum(float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines() if l.startswith("kvroute_pod_in_flight{"))
         print(f"\nkvroute in-flight after the run: {inflight:g} (must be 0)")

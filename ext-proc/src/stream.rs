@@ -20,7 +20,7 @@ use std::sync::Arc;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
-use kvroute_core::{RouteError, RouteRequest, StrategySpec};
+use kvroute_core::{Decision, RouteError, RouteRequest, StrategySpec};
 
 use crate::extract::{extract, Endpoint, ExtractError};
 use crate::respond::{self, header, Reject, RouteTo};
@@ -76,7 +76,8 @@ struct Routed {
     pod_name: Arc<str>,
     address: Arc<str>,
     strategy: String,
-    decision: String,
+    /// Rendered only when the response-headers phase asks for `x-kvroute-decision`.
+    decision: Decision,
     guard: TicketGuard,
 }
 
@@ -225,19 +226,18 @@ impl StreamState {
             Some(s) => s.clone(),
             None => self.shared.settings().default_strategy_text.clone(),
         };
-        let text = decision.to_string();
         tracing::debug!(
             request_id = self.info.request_id.as_deref().unwrap_or(""),
             pod = &*decision.pod_name,
             reason = decision.reason.as_str(),
-            decision = %text,
+            decision = %decision,
             "routed"
         );
         let routed = Routed {
             pod_name: decision.pod_name.clone(),
             address: decision.address.clone(),
             strategy,
-            decision: text,
+            decision,
             guard,
         };
         let view = RoutedView {
@@ -265,7 +265,7 @@ impl StreamState {
             headers.push(header("target-pod", r.pod_name.as_bytes()));
             headers.push(header("target-pod-ip", r.address.as_bytes()));
             headers.push(header("routing-strategy", r.strategy.as_bytes()));
-            headers.push(header("x-kvroute-decision", r.decision.as_bytes()));
+            headers.push(header("x-kvroute-decision", r.decision.to_string()));
         }
         if let Some(id) = &self.info.request_id {
             headers.push(header("request-id", id.as_bytes()));

@@ -33,6 +33,7 @@
 //!   `unseen = running + waiting − own`, where `own` is the number of this router's open
 //!   requests on the pod when the snapshot was recorded. (Requests routed or completed since
 //!   then are in, or gone from, the open requests already, so neither is counted twice.)
+//!   At most `MAX_UNSEEN` (4,096) are counted.
 //! - `prefill_rate_p`, `overhead_p` and `tpot_p` start at configured priors and are learned per
 //!   pod from successful completions; `bytes_per_token` and `expected_output` are learned across
 //!   pods. Learning is a bounded EWMA: each sample is first clamped to within a factor
@@ -49,6 +50,11 @@ use crate::time::Timestamp;
 /// The share of a typical decode a request is still assumed to need once it has outlived its
 /// predicted end (it is running long, so its remaining time is uncertain, not zero).
 const OVERRUN_TAIL: f64 = 0.4;
+
+/// The most unseen requests (engine queue minus this router's own) one snapshot can add to an
+/// estimate. The replay is linear in them; beyond a few thousand queued requests the pod is
+/// hopeless anyway, and a corrupt snapshot (`waiting = 4e9`) must not cost seconds per route.
+const MAX_UNSEEN: u32 = 4_096;
 
 /// Parameters and priors of the TTFT model. Defaults are vLLM's defaults where a vLLM setting
 /// exists, and round numbers for a mid-size model on one GPU otherwise; configure the engine
@@ -350,9 +356,25 @@ pub(crate) fn estimate(
     // OVERRUN_TAIL of a typical decode rather than ending this instant.
     let tail_ms = OVERRUN_TAIL * decode_ms + tpot;
 
-    // Slot-free times, as a min-heap of whole microseconds.
+    let unseen = pod
+        .engine
+        .filter(|e| now.millis_since(e.at) <= cfg.snapshot_max_age_ms)
+        .map_or(0, |engine| {
+            engine
+                .snapshot
+                .running
+                .saturating_add(engine.snapshot.waiting)
+                .saturating_sub(engine.own_open)
+                .min(MAX_UNSEEN)
+        });
+
+    // Slot-free times, as a min-heap of whole microseconds. The replay takes a slot
+    // `open + unseen + 1` times and every slot taken is given back later than now, so free
+    // slots beyond that many are never reached: the heap holds at most that many (the same
+    // result as `capacity` free slots, at a cost independent of the capacity).
+    let takes = pod.open.len() + unseen as usize + 1;
     scratch.clear();
-    scratch.resize(pod.capacity() as usize, 0);
+    scratch.resize((pod.capacity() as usize).min(takes), 0);
     let mut slots: BinaryHeap<Reverse<u64>> =
         std::mem::take(scratch).into_iter().map(Reverse).collect();
     let take_slot = |slots: &mut BinaryHeap<Reverse<u64>>| {
@@ -366,19 +388,9 @@ pub(crate) fn estimate(
         let end = (prefill_end + decode_ms).max(now_ms + tail_ms);
         slots.push(Reverse((end * 1_000.0) as u64));
     }
-    if let Some(engine) = pod
-        .engine
-        .filter(|e| now.millis_since(e.at) <= cfg.snapshot_max_age_ms)
-    {
-        let unseen = engine
-            .snapshot
-            .running
-            .saturating_add(engine.snapshot.waiting)
-            .saturating_sub(engine.own_open);
-        for _ in 0..unseen {
-            let end = take_slot(&mut slots).max(now_ms) + decode_ms / 2.0;
-            slots.push(Reverse((end * 1_000.0) as u64));
-        }
+    for _ in 0..unseen {
+        let end = take_slot(&mut slots).max(now_ms) + decode_ms / 2.0;
+        slots.push(Reverse((end * 1_000.0) as u64));
     }
     let start = take_slot(&mut slots).max(now_ms).max(prefill_free);
     *scratch = slots.into_iter().map(|Reverse(us)| us).collect();
