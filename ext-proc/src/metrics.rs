@@ -167,12 +167,15 @@ fn counter(
     Ok(())
 }
 
-fn gauge(
+fn gauge<N: Copy>(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    rows: &[(Labels, i64)],
-) -> std::fmt::Result {
+    rows: &[(Labels, N)],
+) -> std::fmt::Result
+where
+    ConstGauge<N>: EncodeMetric,
+{
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
     for (labels, v) in rows {
         if labels.is_empty() {
@@ -286,6 +289,25 @@ impl prometheus_client::collector::Collector for RouterCollector {
             "kvroute_prefix_predicted_hit_tokens",
             "Prompt tokens the TTFT model predicted the pod's engine would serve from its prefix cache (compare with kvroute_engine_prefix_cache_hits_total)",
             &predicted,
+        )?;
+        let rates = |f: &dyn Fn(&kvroute_core::PodInfo) -> f64| -> Vec<(Labels, f64)> {
+            stats
+                .pods
+                .iter()
+                .map(|p| (kv(&[("pod", &p.name)]), f(p)))
+                .collect()
+        };
+        gauge(
+            &mut enc,
+            "kvroute_ttft_prefill_tokens_per_second",
+            "The least-ttft model's prefill rate for the pod (the prior until learned from completions or engine metrics)",
+            &rates(&|p| p.prefill_tokens_per_s),
+        )?;
+        gauge(
+            &mut enc,
+            "kvroute_ttft_time_per_output_token_seconds",
+            "The least-ttft model's time per output token for the pod (the prior until learned from completions or engine metrics)",
+            &rates(&|p| p.tpot_ms / 1_000.0),
         )?;
         // The router lock is released (stats() returned): take the engine table now.
         let engines: Vec<_> = self

@@ -67,6 +67,12 @@ struct Sums {
     kv_usage: Option<f64>,
     queries: Option<f64>,
     hits: Option<f64>,
+    prefill_sum: Option<f64>,
+    prefill_count: Option<f64>,
+    tpot_sum: Option<f64>,
+    tpot_count: Option<f64>,
+    itl_sum: Option<f64>,
+    itl_count: Option<f64>,
 }
 
 fn add(slot: &mut Option<f64>, v: f64) {
@@ -106,7 +112,10 @@ fn sample(line: &str) -> Option<(&str, f64)> {
 }
 
 /// Parses vLLM's Prometheus text into a snapshot. Each metric is summed over its label sets
-/// (several models or engines behind one address); counters are accepted with or without
+/// (several models or engines behind one address). The timing histograms
+/// `vllm:request_prefill_time_seconds` and `vllm:inter_token_latency_seconds` (or the older
+/// `vllm:time_per_output_token_seconds`) are read as their `_sum` and `_count` series, from
+/// which the core learns the pod's prefill rate and TPOT; counters are accepted with or without
 /// the `_total` suffix (`_created` series are ignored); `vllm:gpu_cache_usage_perc` (older
 /// vLLM) stands in for `vllm:kv_cache_usage_perc`. Missing metrics stay `None` (running and
 /// waiting: 0), but a text with neither running nor waiting is not an engine's:
@@ -125,6 +134,12 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
             "kv_cache_usage_perc" | "gpu_cache_usage_perc" => add(&mut s.kv_usage, v),
             "prefix_cache_queries" => add(&mut s.queries, v),
             "prefix_cache_hits" => add(&mut s.hits, v),
+            "request_prefill_time_seconds_sum" => add(&mut s.prefill_sum, v),
+            "request_prefill_time_seconds_count" => add(&mut s.prefill_count, v),
+            "time_per_output_token_seconds_sum" => add(&mut s.tpot_sum, v),
+            "time_per_output_token_seconds_count" => add(&mut s.tpot_count, v),
+            "inter_token_latency_seconds_sum" => add(&mut s.itl_sum, v),
+            "inter_token_latency_seconds_count" => add(&mut s.itl_count, v),
             _ => {}
         }
     }
@@ -134,12 +149,22 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
     // `as` saturates: negative → 0, huge → MAX; the values were checked finite.
     let count = |v: Option<f64>| v.map_or(0, |v| v.round().max(0.0) as u32);
     let total = |v: Option<f64>| v.map(|v| v.round().max(0.0) as u64);
+    let seconds = |v: Option<f64>| v.map(|v| v.max(0.0));
+    // vLLM renamed the inter-token histogram; when both are exported they count the same gaps.
+    let (gap_sum, gaps) = match (s.itl_sum, s.itl_count) {
+        (Some(sum), Some(n)) => (Some(sum), Some(n)),
+        _ => (s.tpot_sum, s.tpot_count),
+    };
     Ok(EngineSnapshot {
         running: count(s.running),
         waiting: count(s.waiting),
         kv_usage: s.kv_usage.map(|v| v.clamp(0.0, 1.0)),
         prefix_queries: total(s.queries),
         prefix_hits: total(s.hits),
+        prefill_seconds: seconds(s.prefill_sum),
+        prefills: total(s.prefill_count),
+        inter_token_seconds: seconds(gap_sum),
+        inter_tokens: total(gaps),
     })
 }
 
@@ -272,6 +297,15 @@ vllm:prefix_cache_queries_total{model_name="m"} 1.5e3
 vllm:prefix_cache_queries_created{model_name="m"} 1.7e9
 vllm:prefix_cache_hits{model_name="m"} 600
 vllm:request_success_total{model_name="m",finished_reason="stop"} 9
+# TYPE vllm:request_prefill_time_seconds histogram
+vllm:request_prefill_time_seconds_bucket{le="0.3",model_name="m"} 4
+vllm:request_prefill_time_seconds_bucket{le="+Inf",model_name="m"} 9
+vllm:request_prefill_time_seconds_sum{model_name="m"} 12.5
+vllm:request_prefill_time_seconds_count{model_name="m"} 9
+vllm:time_per_output_token_seconds_sum{model_name="m"} 31.0
+vllm:time_per_output_token_seconds_count{model_name="m"} 1001
+vllm:inter_token_latency_seconds_sum{model_name="m"} 30.0
+vllm:inter_token_latency_seconds_count{model_name="m"} 1000
 python_gc_objects_collected_total{generation="0"} 77
 "#;
 
@@ -286,6 +320,10 @@ python_gc_objects_collected_total{generation="0"} 77
                 kv_usage: Some(0.25),
                 prefix_queries: Some(1500),
                 prefix_hits: Some(600),
+                prefill_seconds: Some(12.5),
+                prefills: Some(9),
+                inter_token_seconds: Some(30.0),
+                inter_tokens: Some(1000),
             }
         );
     }

@@ -176,8 +176,7 @@ fn main() {
                     running: num(3) as u32,
                     waiting: num(4) as u32,
                     kv_usage: Some(num(5) as f64 / 100.0),
-                    prefix_queries: None,
-                    prefix_hits: None,
+                    ..EngineSnapshot::default()
                 };
                 router
                     .observe_engine(id, snapshot, Timestamp::from_millis(num(1)))

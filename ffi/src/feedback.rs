@@ -134,6 +134,8 @@ pub extern "C" fn kvroute_router_observe_engine(
             kv_usage: has(KVROUTE_ENGINE_KV_USAGE).then_some(s.kv_usage),
             prefix_queries: has(KVROUTE_ENGINE_PREFIX_QUERIES).then_some(s.prefix_queries),
             prefix_hits: has(KVROUTE_ENGINE_PREFIX_HITS).then_some(s.prefix_hits),
+            // Not in the C struct yet (its layout is part of the ABI).
+            ..EngineSnapshot::default()
         };
         let mut locked = try_status!(r.lock());
         try_status!(locked.router.observe_engine(PodId::from_u32(pod), snapshot, Timestamp::from_millis(now_ms)));

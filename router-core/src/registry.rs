@@ -45,7 +45,7 @@ pub struct PodSpec<'a> {
 }
 
 /// A read-only view of one pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PodInfo {
     /// The pod's id.
     pub id: PodId,
@@ -66,6 +66,10 @@ pub struct PodInfo {
     /// Prompt tokens the TTFT model predicted its engine would serve from cache, summed over
     /// the requests routed to it (compare with the engine's `prefix_cache_hits`).
     pub predicted_hit_tokens: u64,
+    /// The TTFT model's prefill rate for it, tokens/s (the prior until learned).
+    pub prefill_tokens_per_s: f64,
+    /// The TTFT model's time per output token for it, ms (the prior until learned).
+    pub tpot_ms: f64,
 }
 
 #[derive(Debug)]
@@ -256,6 +260,8 @@ impl Registry {
                 .collect(),
             max_seqs: p.model.max_seqs,
             predicted_hit_tokens: p.model.predicted_hit_tokens,
+            prefill_tokens_per_s: p.model.prefill_tps.get(),
+            tpot_ms: p.model.tpot_ms.get(),
         })
     }
 

@@ -223,14 +223,18 @@ impl Router {
     }
 
     /// Records the pod's engine state as scraped at `at`. The TTFT model uses it until it is
-    /// older than `ttft.snapshot_max_age_ms`, adding engine load the router did not route.
+    /// older than `ttft.snapshot_max_age_ms`, adding engine load the router did not route, and
+    /// learns the pod's prefill rate and TPOT from its cumulative timing counters when present.
     pub fn observe_engine(
         &mut self,
         pod: PodId,
         snapshot: EngineSnapshot,
         at: Timestamp,
     ) -> Result<(), RegistryError> {
-        self.registry.pod_mut(pod)?.model.observe(snapshot, at);
+        self.registry
+            .pod_mut(pod)?
+            .model
+            .observe(snapshot, at, &self.config.ttft);
         Ok(())
     }
 

@@ -43,6 +43,13 @@
 //! - Prefill rate samples come only from requests predicted to start at once (no slot wait, no
 //!   prefill backlog) with at least one engine block to prefill; overhead samples from those
 //!   with less than one block to prefill.
+//! - Engine snapshots that carry vLLM's cumulative timing counters (where the router sees no
+//!   first token, as behind Envoy) are a second source for the same per-pod rates: one
+//!   prefill-rate sample per at least 4 prefills (prompt tokens computed, i.e. prefix-cache
+//!   queries − hits, per second of `request_prefill_time`) and one TPOT sample per at least 64
+//!   output-token gaps (`time_per_output_token`). Prefills that overlap on the engine each count
+//!   their whole duration, so under overlap the sample underestimates the rate (the model then
+//!   leans towards cached pods).
 
 use crate::ids::Ticket;
 use crate::time::Timestamp;
@@ -186,6 +193,35 @@ pub struct EngineSnapshot {
     pub prefix_queries: Option<u64>,
     /// Prefix-cache hits in tokens, cumulative (`vllm:prefix_cache_hits_total`).
     pub prefix_hits: Option<u64>,
+    /// Seconds from scheduling to first token, summed over requests, cumulative
+    /// (`vllm:request_prefill_time_seconds_sum`).
+    pub prefill_seconds: Option<f64>,
+    /// Requests counted in `prefill_seconds`, cumulative (`..._count`).
+    pub prefills: Option<u64>,
+    /// Seconds between consecutive output tokens, summed, cumulative
+    /// (`vllm:time_per_output_token_seconds_sum`, or `vllm:inter_token_latency_seconds_sum`).
+    pub inter_token_seconds: Option<f64>,
+    /// Gaps counted in `inter_token_seconds`, cumulative (`..._count`).
+    pub inter_tokens: Option<u64>,
+}
+
+/// Prefills an engine must have finished since the last prefill-rate sample before the next
+/// one is taken from its counters (the prompt tokens are counted when requests are scheduled
+/// and the prefill time when their first token comes: over several prefills the requests
+/// straddling the window's ends weigh less).
+const MIN_ENGINE_PREFILLS: u64 = 4;
+
+/// Output-token gaps an engine must have reported since the last TPOT sample before the next
+/// one is taken from its counters.
+const MIN_ENGINE_TOKEN_GAPS: u64 = 64;
+
+/// Where the last rate sample taken from an engine's counters left off.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct EngineRateBase {
+    // (prefills, prefill seconds, prompt tokens computed = queries − hits)
+    prefill: Option<(u64, f64, u64)>,
+    // (token gaps, inter-token seconds)
+    decode: Option<(u64, f64)>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -246,6 +282,7 @@ pub(crate) struct PodModel {
     // invariant: one entry per open ticket routed to this pod, in issue order.
     pub(crate) open: Vec<OpenRequest>,
     pub(crate) engine: Option<ObservedEngine>,
+    pub(crate) engine_rates: EngineRateBase,
     pub(crate) predicted_hit_tokens: u64,
 }
 
@@ -261,6 +298,7 @@ impl PodModel {
             extra: Fraction::new(0.0),
             open: Vec::new(),
             engine: None,
+            engine_rates: EngineRateBase::default(),
             predicted_hit_tokens: 0,
         }
     }
@@ -271,13 +309,54 @@ impl PodModel {
     }
 
     /// Records an engine snapshot.
-    pub(crate) fn observe(&mut self, snapshot: EngineSnapshot, at: Timestamp) {
+    pub(crate) fn observe(&mut self, snapshot: EngineSnapshot, at: Timestamp, cfg: &TtftConfig) {
         self.max_running_seen = self.max_running_seen.max(snapshot.running);
+        self.learn_from_engine(&snapshot, cfg);
         self.engine = Some(ObservedEngine {
             snapshot,
             at,
             own_open: u32::try_from(self.open.len()).unwrap_or(u32::MAX),
         });
+    }
+
+    /// Learns the pod's prefill rate and TPOT from the engine's cumulative counters: prompt
+    /// tokens computed (prefix-cache queries − hits) per second of prefill time, over at least
+    /// [`MIN_ENGINE_PREFILLS`] prefills; inter-token seconds per gap, over at least
+    /// [`MIN_ENGINE_TOKEN_GAPS`] gaps. A counter that went down (engine restart) starts a new
+    /// window without a sample.
+    fn learn_from_engine(&mut self, s: &EngineSnapshot, cfg: &TtftConfig) {
+        if let (Some(n), Some(secs), Some(q), Some(h)) = (
+            s.prefills,
+            s.prefill_seconds,
+            s.prefix_queries,
+            s.prefix_hits,
+        ) {
+            let now = (n, secs, q.saturating_sub(h));
+            match self.engine_rates.prefill {
+                Some((n0, s0, c0)) if n >= n0 && secs >= s0 && now.2 >= c0 => {
+                    if n - n0 >= MIN_ENGINE_PREFILLS {
+                        let tokens = (now.2 - c0) as f64;
+                        if tokens >= f64::from(cfg.engine_block_tokens) && secs > s0 {
+                            self.prefill_tps.learn(tokens / (secs - s0), cfg);
+                        }
+                        self.engine_rates.prefill = Some(now);
+                    }
+                }
+                _ => self.engine_rates.prefill = Some(now),
+            }
+        }
+        if let (Some(n), Some(secs)) = (s.inter_tokens, s.inter_token_seconds) {
+            match self.engine_rates.decode {
+                Some((n0, s0)) if n >= n0 && secs >= s0 => {
+                    if n - n0 >= MIN_ENGINE_TOKEN_GAPS {
+                        self.tpot_ms
+                            .learn((secs - s0) * 1_000.0 / (n - n0) as f64, cfg);
+                        self.engine_rates.decode = Some((n, secs));
+                    }
+                }
+                _ => self.engine_rates.decode = Some((n, secs)),
+            }
+        }
     }
 
     pub(crate) fn forget_ticket(&mut self, ticket: Ticket) {
@@ -597,6 +676,7 @@ mod tests {
                 ..Default::default()
             },
             t(0),
+            &c,
         );
         // One completes: a slot is free, with no phantom request left in its place.
         pod.forget_ticket(Ticket(1));
@@ -664,6 +744,64 @@ mod tests {
     }
 
     #[test]
+    fn engine_counters_teach_prefill_rate_and_tpot_without_first_tokens() {
+        let c = TtftConfig {
+            prefill_tokens_per_s: 1_000.0, // truth below: 8,000
+            tpot_ms: 100.0,                // truth below: 25
+            ..cfg()
+        };
+        let mut pod = PodModel::new(&c);
+        // Every second the engine finishes 4 prefills of 4,000 computed tokens (0.5 s each)
+        // and 400 output-token gaps of 25 ms.
+        let snap = |k: u64| EngineSnapshot {
+            prefix_queries: Some(k * 20_000),
+            prefix_hits: Some(k * 4_000),
+            prefills: Some(k * 4),
+            prefill_seconds: Some(k as f64 * 2.0),
+            inter_tokens: Some(k * 400),
+            inter_token_seconds: Some(k as f64 * 10.0),
+            ..Default::default()
+        };
+        for k in 0..30 {
+            pod.observe(snap(k), t(k * 1_000), &c);
+        }
+        assert!(
+            (pod.prefill_tps.get() - 8_000.0).abs() < 100.0,
+            "{:?}",
+            pod.prefill_tps
+        );
+        assert!((pod.tpot_ms.get() - 25.0).abs() < 0.5, "{:?}", pod.tpot_ms);
+
+        // A restart (counters back near zero) is a new window, not a sample.
+        let before = (pod.prefill_tps.get(), pod.tpot_ms.get());
+        pod.observe(snap(1), t(40_000), &c);
+        assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), before);
+        // Fewer than 4 prefills or 64 gaps since the last sample: no sample yet.
+        let mut few = snap(1);
+        few.prefills = Some(7);
+        few.prefill_seconds = Some(100.0);
+        few.inter_tokens = Some(450);
+        few.inter_token_seconds = Some(100.0);
+        pod.observe(few, t(41_000), &c);
+        assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), before);
+        // Snapshots without the timing counters teach nothing.
+        let mut pod = PodModel::new(&c);
+        for k in 0..5 {
+            pod.observe(
+                EngineSnapshot {
+                    running: 3,
+                    prefix_queries: Some(k * 20_000),
+                    ..Default::default()
+                },
+                t(k * 1_000),
+                &c,
+            );
+        }
+        assert_eq!(pod.prefill_tps.get(), 1_000.0);
+        assert_eq!(pod.tpot_ms.get(), 100.0);
+    }
+
+    #[test]
     fn snapshots_raise_capacity_but_never_lower_it() {
         let c = TtftConfig {
             max_seqs: 4,
@@ -677,6 +815,7 @@ mod tests {
                 ..Default::default()
             },
             t(0),
+            &c,
         );
         assert_eq!(pod.capacity(), 4);
         pod.observe(
@@ -686,6 +825,7 @@ mod tests {
                 ..Default::default()
             },
             t(1),
+            &c,
         );
         assert_eq!(pod.capacity(), 12);
     }

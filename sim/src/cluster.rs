@@ -257,6 +257,10 @@ impl Cluster {
                 kv_usage: Some(c.kv_usage),
                 prefix_queries: Some(c.prefix_cache_queries),
                 prefix_hits: Some(c.prefix_cache_hits),
+                prefill_seconds: Some(c.prefill_time_us as f64 / 1e6),
+                prefills: Some(c.prefills),
+                inter_token_seconds: Some(c.inter_token_time_us as f64 / 1e6),
+                inter_tokens: Some(c.inter_tokens),
             };
             if self.config.observe_engines {
                 let _ = self.router.observe_engine(id, snap, ts(now_us));

@@ -258,6 +258,14 @@ pub fn metric_sum(text: &str, prefix: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// The value of `name{pod="POD"}` in Prometheus text (NaN when absent).
+pub fn gauge_value(text: &str, name: &str, pod: &str) -> f64 {
+    let series = format!("{name}{{pod=\"{pod}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series)?.trim().parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
 /// A real Envoy.
 pub struct Envoy {
     pub proc: Proc,

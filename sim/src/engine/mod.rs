@@ -16,7 +16,11 @@
 //!   `⌊(prompt − 1) / block⌋` blocks (one token is always computed). A prompt block becomes
 //!   reusable by later requests when the step that computes it finishes.
 //! - Counters are cumulative: prefix-cache queries (prompt tokens at each admission) and hits
-//!   (tokens reused), as vLLM's `prefix_cache_queries`/`prefix_cache_hits`.
+//!   (tokens reused), as vLLM's `prefix_cache_queries`/`prefix_cache_hits`; and the timing
+//!   histograms' sums and counts, in engine time (the sum of the durations of the steps run):
+//!   prefill time from the start of the step that first schedules a request to the end of the
+//!   step that produces its first token (vLLM's `request_prefill_time`), and the gaps between a
+//!   request's consecutive tokens (vLLM's `inter_token_latency`).
 
 mod cache;
 mod config;
@@ -95,6 +99,14 @@ pub struct EngineCounters {
     pub generation_tokens: u64,
     /// Requests finished (cumulative).
     pub finished: u64,
+    /// Prefill times summed, µs of engine time (cumulative).
+    pub prefill_time_us: u64,
+    /// Requests whose first token came (cumulative).
+    pub prefills: u64,
+    /// Gaps between consecutive output tokens summed, µs of engine time (cumulative).
+    pub inter_token_time_us: u64,
+    /// Gaps counted in `inter_token_time_us` (cumulative).
+    pub inter_tokens: u64,
 }
 
 #[derive(Debug)]
@@ -112,6 +124,10 @@ struct Req {
     // Blocks held privately.
     private: u32,
     cached_tokens: u32,
+    // Engine time of the step that first scheduled it, µs.
+    scheduled_us: Option<u64>,
+    // Engine time of its latest token, µs.
+    last_token_us: u64,
 }
 
 impl Req {
@@ -138,6 +154,9 @@ pub struct Engine {
     running: Vec<Req>,
     batch: Vec<Scheduled>,
     in_step: bool,
+    // Durations of the finished steps summed, and the duration of the step in progress, µs.
+    clock_us: u64,
+    step_us: u64,
     counters: EngineCounters,
 }
 
@@ -170,6 +189,8 @@ impl Engine {
             running: Vec::new(),
             batch: Vec::new(),
             in_step: false,
+            clock_us: 0,
+            step_us: 0,
             counters: EngineCounters::default(),
         })
     }
@@ -218,6 +239,8 @@ impl Engine {
             shared: Vec::new(),
             private: 0,
             cached_tokens: 0,
+            scheduled_us: None,
+            last_token_us: 0,
         });
         Ok(())
     }
@@ -370,6 +393,7 @@ impl Engine {
             r.private = need;
             r.computed = hit_tokens;
             r.cached_tokens = hit_tokens;
+            r.scheduled_us.get_or_insert(self.clock_us);
             self.counters.prefix_cache_queries += u64::from(r.num_tokens());
             self.counters.prefix_cache_hits += u64::from(hit_tokens);
             prefill_tokens += n;
@@ -386,7 +410,8 @@ impl Engine {
         }
         self.in_step = true;
         self.counters.steps += 1;
-        Some(self.config.step.step_us(decode_seqs, prefill_tokens))
+        self.step_us = self.config.step.step_us(decode_seqs, prefill_tokens);
+        Some(self.step_us)
     }
 
     /// Applies the batch scheduled by [`Engine::start_step`] and appends the tokens it produced
@@ -397,6 +422,8 @@ impl Engine {
             return;
         }
         self.in_step = false;
+        self.clock_us += self.step_us;
+        let end_us = self.clock_us;
         let bs = self.config.block_size;
         let batch = std::mem::take(&mut self.batch);
         for s in &batch {
@@ -424,6 +451,14 @@ impl Engine {
             if r.computed == r.num_tokens() {
                 r.generated += 1;
                 self.counters.generation_tokens += 1;
+                if r.generated == 1 {
+                    self.counters.prefill_time_us += end_us - r.scheduled_us.unwrap_or(end_us);
+                    self.counters.prefills += 1;
+                } else {
+                    self.counters.inter_token_time_us += end_us - r.last_token_us;
+                    self.counters.inter_tokens += 1;
+                }
+                r.last_token_us = end_us;
                 let finished = r.generated >= r.max_tokens;
                 out.push(TokenEvent {
                     id: r.id,

@@ -127,3 +127,16 @@ fn invalid_config_is_rejected() {
     })
     .is_err());
 }
+
+#[test]
+fn timing_counters_follow_vllm_prefill_time_and_inter_token_gaps() {
+    let mut e = Engine::new(EngineConfig::default()).unwrap();
+    e.submit(1, &prompt(1, 5000), 4).unwrap();
+    let (end, ev) = run_to_end(&mut e);
+    let first = ev[0].0;
+    let c = e.counters();
+    // One request scheduled at engine time 0: its prefill time is its first token's time,
+    // and its three gaps add up to the rest.
+    assert_eq!((c.prefills, c.prefill_time_us), (1, first));
+    assert_eq!((c.inter_tokens, c.inter_token_time_us), (3, end - first));
+}

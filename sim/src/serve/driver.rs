@@ -82,6 +82,11 @@ impl Driver {
         })
     }
 
+    /// How many times faster than the model's time the engine runs.
+    pub fn speedup(&self) -> f64 {
+        self.speedup
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic elsewhere cannot leave the engine half-updated in a way worse than stopping.
         self.state.lock().unwrap_or_else(|e| e.into_inner())

@@ -4,74 +4,115 @@ use std::fmt::Write;
 
 use crate::engine::EngineCounters;
 
-/// Renders the engine's counters as Prometheus text, labelled `model_name`.
-pub fn render(model: &str, c: &EngineCounters, requests_total: u64) -> String {
+/// Renders the engine's counters as Prometheus text, labelled `model_name`. Times are in
+/// seconds of real time: the engine's model time divided by `speedup`.
+pub fn render(model: &str, c: &EngineCounters, requests_total: u64, speedup: f64) -> String {
     let model = model.replace(['\\', '"', '\n'], "_");
-    let mut s = String::new();
-    let mut metric = |name: &str, kind: &str, help: &str, value: String| {
-        let _ = writeln!(s, "# HELP {name} {help}");
-        let _ = writeln!(s, "# TYPE {name} {kind}");
-        let _ = writeln!(s, "{name}{{model_name=\"{model}\"}} {value}");
+    let mut out = Text {
+        s: String::new(),
+        model,
     };
-    metric(
+    out.metric(
         "vllm:num_requests_running",
         "gauge",
         "Number of requests in model execution batches.",
         c.running.to_string(),
     );
-    metric(
+    out.metric(
         "vllm:num_requests_waiting",
         "gauge",
         "Number of requests waiting to be processed.",
         c.waiting.to_string(),
     );
-    metric(
+    out.metric(
         "vllm:kv_cache_usage_perc",
         "gauge",
         "KV-cache usage. 1 means 100 percent usage.",
         format!("{:.6}", c.kv_usage),
     );
-    metric(
+    out.metric(
         "vllm:prefix_cache_queries_total",
         "counter",
         "Prefix cache queries, in terms of number of queried tokens.",
         c.prefix_cache_queries.to_string(),
     );
-    metric(
+    out.metric(
         "vllm:prefix_cache_hits_total",
         "counter",
         "Prefix cache hits, in terms of number of cached tokens.",
         c.prefix_cache_hits.to_string(),
     );
-    metric(
+    out.metric(
         "vllm:prompt_tokens_total",
         "counter",
         "Number of prefill tokens processed.",
         c.prompt_tokens_computed.to_string(),
     );
-    metric(
+    out.metric(
         "vllm:generation_tokens_total",
         "counter",
         "Number of generation tokens processed.",
         c.generation_tokens.to_string(),
     );
-    metric(
+    out.metric(
         "vllm:num_preemptions_total",
         "counter",
         "Cumulative number of preemptions.",
         c.preemptions.to_string(),
     );
-    metric(
+    out.metric(
         "vllm:request_success_total",
         "counter",
         "Count of successfully processed requests.",
         c.finished.to_string(),
     );
-    metric(
+    let seconds = |us: u64| us as f64 / 1e6 / speedup;
+    out.histogram(
+        "vllm:request_prefill_time_seconds",
+        "Histogram of time spent in PREFILL phase for request.",
+        seconds(c.prefill_time_us),
+        c.prefills,
+    );
+    out.histogram(
+        "vllm:inter_token_latency_seconds",
+        "Histogram of inter-token latency in seconds.",
+        seconds(c.inter_token_time_us),
+        c.inter_tokens,
+    );
+    out.metric(
         "kvroute_sim:requests_received_total",
         "counter",
         "Generation requests accepted by the fake server.",
         requests_total.to_string(),
     );
-    s
+    out.s
+}
+
+/// The text being written, and the `model_name` label value.
+struct Text {
+    s: String,
+    model: String,
+}
+
+impl Text {
+    fn metric(&mut self, name: &str, kind: &str, help: &str, value: String) {
+        let model = &self.model;
+        let _ = writeln!(self.s, "# HELP {name} {help}");
+        let _ = writeln!(self.s, "# TYPE {name} {kind}");
+        let _ = writeln!(self.s, "{name}{{model_name=\"{model}\"}} {value}");
+    }
+
+    /// A histogram with only the `+Inf` bucket: the engine keeps sums and counts, not
+    /// distributions.
+    fn histogram(&mut self, name: &str, help: &str, sum: f64, count: u64) {
+        let model = &self.model;
+        let _ = writeln!(self.s, "# HELP {name} {help}");
+        let _ = writeln!(self.s, "# TYPE {name} histogram");
+        let _ = writeln!(
+            self.s,
+            "{name}_bucket{{le=\"+Inf\",model_name=\"{model}\"}} {count}"
+        );
+        let _ = writeln!(self.s, "{name}_sum{{model_name=\"{model}\"}} {sum:.6}");
+        let _ = writeln!(self.s, "{name}_count{{model_name=\"{model}\"}} {count}");
+    }
 }

@@ -266,7 +266,7 @@ async fn metrics_handler(State(app): State<Arc<App>>) -> Response {
     let (c, total) = app.driver.counters();
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-        metrics::render(&app.model, &c, total),
+        metrics::render(&app.model, &c, total, app.driver.speedup()),
     )
         .into_response()
 }
