@@ -58,6 +58,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+#[cfg(feature = "json")]
+pub mod body;
 mod config;
 mod decision;
 mod hash;
