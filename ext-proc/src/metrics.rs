@@ -309,6 +309,18 @@ impl prometheus_client::collector::Collector for RouterCollector {
             "The least-ttft model's time per output token for the pod (the prior until learned from completions or engine metrics)",
             &rates(&|p| p.tpot_ms / 1_000.0),
         )?;
+        gauge(
+            &mut enc,
+            "kvroute_ttft_overhead_seconds",
+            "The least-ttft model's fixed part of a TTFT for the pod (the prior until learned from completions or engine metrics)",
+            &rates(&|p| p.overhead_ms / 1_000.0),
+        )?;
+        gauge(
+            &mut enc,
+            "kvroute_ttft_prompt_bytes_per_token",
+            "The least-ttft model's prompt bytes per engine token (the prior until learned from completions or engine metrics)",
+            &[(Labels::new(), stats.prompt_bytes_per_token)],
+        )?;
         // The router lock is released (stats() returned): take the engine table now.
         let engines: Vec<_> = self
             .engines

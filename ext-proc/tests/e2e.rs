@@ -668,12 +668,20 @@ fn hot50_through_envoy_least_ttft_meets_slo_more_than_prefix_cache() {
     // the step's fixed cost and the decodes batched with it, and overlapping prefills each
     // count their whole duration.
     let m = s.ext.metrics();
+    let bytes_per_token = m.lines().find_map(|l| {
+        l.strip_prefix("kvroute_ttft_prompt_bytes_per_token ")?
+            .parse::<f64>()
+            .ok()
+    });
+    println!("learned prompt bytes per token: {bytes_per_token:?}");
     for pod in ["replica-a", "replica-b"] {
         let prefill = gauge_value(&m, "kvroute_ttft_prefill_tokens_per_second", pod);
         let tpot = gauge_value(&m, "kvroute_ttft_time_per_output_token_seconds", pod);
+        let overhead = gauge_value(&m, "kvroute_ttft_overhead_seconds", pod);
         println!(
-            "learned for {pod}: prefill {prefill:.0} tokens/s, TPOT {:.1} ms",
-            tpot * 1e3
+            "learned for {pod}: prefill {prefill:.0} tokens/s, TPOT {:.1} ms, overhead {:.1} ms",
+            tpot * 1e3,
+            overhead * 1e3
         );
         assert!(
             (6_000.0..=33_000.0).contains(&prefill),

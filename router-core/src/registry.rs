@@ -70,6 +70,8 @@ pub struct PodInfo {
     pub prefill_tokens_per_s: f64,
     /// The TTFT model's time per output token for it, ms (the prior until learned).
     pub tpot_ms: f64,
+    /// The TTFT model's fixed part of a TTFT for it, ms (the prior until learned).
+    pub overhead_ms: f64,
 }
 
 #[derive(Debug)]
@@ -262,6 +264,7 @@ impl Registry {
             predicted_hit_tokens: p.model.predicted_hit_tokens,
             prefill_tokens_per_s: p.model.prefill_tps.get(),
             tpot_ms: p.model.tpot_ms.get(),
+            overhead_ms: p.model.overhead_ms.get(),
         })
     }
 

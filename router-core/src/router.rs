@@ -231,10 +231,11 @@ impl Router {
         snapshot: EngineSnapshot,
         at: Timestamp,
     ) -> Result<(), RegistryError> {
-        self.registry
-            .pod_mut(pod)?
-            .model
-            .observe(snapshot, at, &self.config.ttft);
+        let cfg = &self.config.ttft;
+        let sample = self.registry.pod_mut(pod)?.model.observe(snapshot, at, cfg);
+        if let Some(bytes_per_token) = sample {
+            self.global.bytes_per_token.learn(bytes_per_token, cfg);
+        }
         Ok(())
     }
 
@@ -532,7 +533,8 @@ impl Router {
         let pod = &mut self.registry.pods[chosen.pod.index()];
         pod.in_flight += 1;
         pod.routed += 1;
-        ttft::commit(&mut pod.model, ticket, &est, now);
+        let job = size.job(&chosen);
+        ttft::commit(&mut pod.model, ticket, &est, &job, size.prompt_bytes, now);
         let prediction = Prediction {
             ttft_ms: est.ttft_ms.round() as u32,
             queue_ms: est.queue_ms.round() as u32,
@@ -657,6 +659,7 @@ impl Router {
                 ..self.tickets.stats
             },
             unknown_model: self.unknown_model,
+            prompt_bytes_per_token: self.global.bytes_per_token.get(),
         }
     }
 

@@ -68,6 +68,8 @@ pub struct RouterStats {
     pub tickets: TicketStats,
     /// Requests for a model the router does not know.
     pub unknown_model: u64,
+    /// The TTFT model's prompt bytes per engine token (the prior until learned).
+    pub prompt_bytes_per_token: f64,
 }
 
 #[cfg(test)]

@@ -47,9 +47,16 @@
 //!   first token, as behind Envoy) are a second source for the same per-pod rates: one
 //!   prefill-rate sample per at least 4 prefills (prompt tokens computed, i.e. prefix-cache
 //!   queries − hits, per second of `request_prefill_time`) and one TPOT sample per at least 64
-//!   output-token gaps (`time_per_output_token`). Prefills that overlap on the engine each count
-//!   their whole duration, so under overlap the sample underestimates the rate (the model then
-//!   leans towards cached pods).
+//!   output-token gaps (`time_per_output_token`). The prefill windows are fitted together to
+//!   `prefill seconds = prefills × overhead + tokens / rate` (decayed least squares), which
+//!   also teaches the overhead; until they separate the two, a window's plain ratio is the rate
+//!   sample. Prefills that overlap on the engine each count their whole duration, so under
+//!   overlap the rate comes out low (the model then leans towards cached pods).
+//! - Between snapshots that show no waiting request, what was routed to a pod is compared with
+//!   what its engine scheduled: prompt bytes per scheduled token (`prefix_cache_queries`) for
+//!   the router-wide bytes per token, and the engine's `prefix_cache_hits` against the indexed
+//!   and other tokens routed for `trust` and `extra` (the per-request rule below, applied to
+//!   the window's sums).
 
 use crate::ids::Ticket;
 use crate::time::Timestamp;
@@ -222,6 +229,70 @@ pub(crate) struct EngineRateBase {
     prefill: Option<(u64, f64, u64)>,
     // (token gaps, inter-token seconds)
     decode: Option<(u64, f64)>,
+    // The engine's prefix-cache counters and the routed totals, when the engine last had no
+    // waiting request.
+    routed: Option<RoutedTotals>,
+    fit: PrefillFit,
+}
+
+/// What was routed to a pod (cumulative, as the model saw it), beside its engine's
+/// prefix-cache counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct RoutedTotals {
+    /// The engine's `prefix_cache_queries` (prompt tokens scheduled).
+    queries: u64,
+    /// The engine's `prefix_cache_hits`.
+    hits: u64,
+    /// Prompt bytes routed (as estimated from the hash blocks).
+    pub(crate) prompt_bytes: f64,
+    /// Prompt tokens the index said the pod held, in whole engine blocks.
+    pub(crate) indexed_tokens: f64,
+    /// The other prompt tokens.
+    pub(crate) unindexed_tokens: f64,
+}
+
+/// How much an older prefill window weighs in the fit, per newer window.
+const FIT_DECAY: f64 = 0.9;
+
+/// One window of an engine's prefill counters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct PrefillWindow {
+    prefills: f64,
+    tokens: f64,
+    seconds: f64,
+}
+
+/// Decayed least-squares sums for `seconds = prefills × a + tokens × b` (no intercept).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct PrefillFit {
+    pp: f64,
+    pt: f64,
+    tt: f64,
+    py: f64,
+    ty: f64,
+}
+
+impl PrefillFit {
+    fn add(&mut self, w: PrefillWindow) {
+        let d = FIT_DECAY;
+        self.pp = d * self.pp + w.prefills * w.prefills;
+        self.pt = d * self.pt + w.prefills * w.tokens;
+        self.tt = d * self.tt + w.tokens * w.tokens;
+        self.py = d * self.py + w.prefills * w.seconds;
+        self.ty = d * self.ty + w.tokens * w.seconds;
+    }
+
+    /// `(a, b)` = (overhead seconds per prefill, seconds per token), when the windows separate
+    /// them (the squared correlation of prefills and tokens below 0.99) and both are positive.
+    fn solve(&self) -> Option<(f64, f64)> {
+        let det = self.pp * self.tt - self.pt * self.pt;
+        if !(det > 0.01 * self.pp * self.tt) {
+            return None;
+        }
+        let a = (self.tt * self.py - self.pt * self.ty) / det;
+        let b = (self.pp * self.ty - self.pt * self.py) / det;
+        (a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite()).then_some((a, b))
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -284,6 +355,8 @@ pub(crate) struct PodModel {
     pub(crate) engine: Option<ObservedEngine>,
     pub(crate) engine_rates: EngineRateBase,
     pub(crate) predicted_hit_tokens: u64,
+    /// What was routed to the pod, cumulative (the engine counters unused here).
+    pub(crate) routed: RoutedTotals,
 }
 
 impl PodModel {
@@ -300,6 +373,7 @@ impl PodModel {
             engine: None,
             engine_rates: EngineRateBase::default(),
             predicted_hit_tokens: 0,
+            routed: RoutedTotals::default(),
         }
     }
 
@@ -309,14 +383,66 @@ impl PodModel {
     }
 
     /// Records an engine snapshot.
-    pub(crate) fn observe(&mut self, snapshot: EngineSnapshot, at: Timestamp, cfg: &TtftConfig) {
+    /// Records a snapshot and learns the pod's rates from it; returns a sample of prompt bytes
+    /// per engine token for the router-wide estimate, when one is due.
+    pub(crate) fn observe(
+        &mut self,
+        snapshot: EngineSnapshot,
+        at: Timestamp,
+        cfg: &TtftConfig,
+    ) -> Option<f64> {
         self.max_running_seen = self.max_running_seen.max(snapshot.running);
         self.learn_from_engine(&snapshot, cfg);
+        let bytes_per_token = self.learn_from_routed(&snapshot, cfg);
         self.engine = Some(ObservedEngine {
             snapshot,
             at,
             own_open: u32::try_from(self.open.len()).unwrap_or(u32::MAX),
         });
+        bytes_per_token
+    }
+
+    /// Compares what was routed to the pod with what its engine scheduled, between two
+    /// snapshots that show no waiting request (so every request routed before each of them
+    /// had been scheduled, transit aside) and over at least `MIN_ENGINE_PREFILLS` engine
+    /// blocks of prompt tokens: learns `trust` (hits on the indexed tokens) and `extra` (hits
+    /// beyond them) from the engine's prefix-cache hits as [`learn`] does per request, and
+    /// returns the prompt bytes per scheduled token for the router-wide estimate.
+    fn learn_from_routed(&mut self, s: &EngineSnapshot, cfg: &TtftConfig) -> Option<f64> {
+        let (queries, hits) = (s.prefix_queries?, s.prefix_hits?);
+        if s.waiting > 0 {
+            return None;
+        }
+        let now = RoutedTotals {
+            queries,
+            hits,
+            ..self.routed
+        };
+        let Some(base) = self.engine_rates.routed else {
+            self.engine_rates.routed = Some(now);
+            return None;
+        };
+        if queries < base.queries || hits < base.hits {
+            self.engine_rates.routed = Some(now);
+            return None;
+        }
+        let tokens = (queries - base.queries) as f64;
+        let block = f64::from(cfg.engine_block_tokens);
+        if tokens < MIN_ENGINE_PREFILLS as f64 * block {
+            return None;
+        }
+        self.engine_rates.routed = Some(now);
+        let hit = (hits - base.hits) as f64;
+        let indexed = now.indexed_tokens - base.indexed_tokens;
+        let unindexed = now.unindexed_tokens - base.unindexed_tokens;
+        if indexed >= block {
+            self.trust.learn(hit.min(indexed) / indexed, cfg);
+        }
+        if unindexed >= block {
+            self.extra.learn((hit - indexed).max(0.0) / unindexed, cfg);
+        }
+        let bytes = now.prompt_bytes - base.prompt_bytes;
+        (bytes > 0.0).then(|| bytes / tokens)
     }
 
     /// Learns the pod's prefill rate and TPOT from the engine's cumulative counters: prompt
@@ -335,10 +461,12 @@ impl PodModel {
             match self.engine_rates.prefill {
                 Some((n0, s0, c0)) if n >= n0 && secs >= s0 && now.2 >= c0 => {
                     if n - n0 >= MIN_ENGINE_PREFILLS {
-                        let tokens = (now.2 - c0) as f64;
-                        if tokens >= f64::from(cfg.engine_block_tokens) && secs > s0 {
-                            self.prefill_tps.learn(tokens / (secs - s0), cfg);
-                        }
+                        let window = PrefillWindow {
+                            prefills: (n - n0) as f64,
+                            tokens: (now.2 - c0) as f64,
+                            seconds: secs - s0,
+                        };
+                        self.learn_prefill_window(window, cfg);
                         self.engine_rates.prefill = Some(now);
                     }
                 }
@@ -356,6 +484,29 @@ impl PodModel {
                 }
                 _ => self.engine_rates.decode = Some((n, secs)),
             }
+        }
+    }
+
+    /// Fits `seconds = prefills × overhead + tokens / rate` to the windows seen so far (least
+    /// squares, older windows decaying by [`FIT_DECAY`] each) and learns the fitted rate and
+    /// overhead. While the windows cannot separate the two (too few, or tokens proportional to
+    /// prefills) or the fit is not positive, the window's plain ratio `tokens / seconds` is the
+    /// rate sample (low by the overhead) and the overhead is left alone.
+    fn learn_prefill_window(&mut self, w: PrefillWindow, cfg: &TtftConfig) {
+        if !(w.seconds > 0.0 && w.seconds.is_finite()) {
+            return;
+        }
+        let fit = &mut self.engine_rates.fit;
+        fit.add(w);
+        match fit.solve() {
+            Some((overhead_s, s_per_token)) => {
+                self.prefill_tps.learn(1.0 / s_per_token, cfg);
+                self.overhead_ms.learn(overhead_s * 1_000.0, cfg);
+            }
+            None if w.tokens >= f64::from(cfg.engine_block_tokens) => {
+                self.prefill_tps.learn(w.tokens / w.seconds, cfg);
+            }
+            None => {}
         }
     }
 
@@ -485,7 +636,18 @@ pub(crate) fn estimate(
 }
 
 /// Commits a routed request to its pod's open requests.
-pub(crate) fn commit(pod: &mut PodModel, ticket: Ticket, est: &Estimate, now: Timestamp) {
+pub(crate) fn commit(
+    pod: &mut PodModel,
+    ticket: Ticket,
+    est: &Estimate,
+    job: &Job,
+    prompt_bytes: f64,
+    now: Timestamp,
+) {
+    let r = &mut pod.routed;
+    r.prompt_bytes += prompt_bytes;
+    r.indexed_tokens += est.indexed_tokens;
+    r.unindexed_tokens += (job.prompt_tokens - est.indexed_tokens).max(0.0);
     pod.open.push(OpenRequest {
         ticket,
         issued: now,
@@ -799,6 +961,67 @@ mod tests {
         }
         assert_eq!(pod.prefill_tps.get(), 1_000.0);
         assert_eq!(pod.tpot_ms.get(), 100.0);
+    }
+
+    #[test]
+    fn prefill_windows_of_different_mixes_separate_overhead_from_rate() {
+        let c = TtftConfig {
+            prefill_tokens_per_s: 1_000.0, // truth: 16,000 tokens/s
+            overhead_ms: 100.0,            // truth: 10 ms per prefill
+            ..cfg()
+        };
+        let mut pod = PodModel::new(&c);
+        let (mut n, mut secs, mut computed) = (0u64, 0.0f64, 0u64);
+        for k in 0..60u64 {
+            // Four prefills per window, alternately mostly cached and cold.
+            let tokens = if k % 2 == 0 { 1_200 } else { 20_000 };
+            n += 4;
+            computed += tokens;
+            secs += 4.0 * 0.010 + tokens as f64 / 16_000.0;
+            let snap = EngineSnapshot {
+                prefix_queries: Some(computed),
+                prefix_hits: Some(0),
+                prefills: Some(n),
+                prefill_seconds: Some(secs),
+                ..Default::default()
+            };
+            pod.observe(snap, t(k * 1_000), &c);
+        }
+        let rate = pod.prefill_tps.get();
+        let overhead = pod.overhead_ms.get();
+        assert!((rate - 16_000.0).abs() < 320.0, "{rate}");
+        assert!((overhead - 10.0).abs() < 1.0, "{overhead}");
+    }
+
+    #[test]
+    fn routed_totals_against_engine_counters_teach_bytes_per_token_and_trust() {
+        let c = cfg(); // 1,568-token blocks: a sample needs 4 × 1,568 tokens
+        let mut pod = PodModel::new(&c);
+        let snap = |queries, waiting| EngineSnapshot {
+            waiting,
+            prefix_queries: Some(queries),
+            prefix_hits: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(pod.observe(snap(0, 0), t(0), &c), None); // the first window starts
+        pod.routed.prompt_bytes += 56_000.0;
+        // The index promised 6,272 of those tokens; the engine had none of them.
+        pod.routed.indexed_tokens += 6_272.0;
+        pod.routed.unindexed_tokens += 3_728.0;
+        // Routed but still queued on the engine: no sample, the window stays open.
+        assert_eq!(pod.observe(snap(5_000, 2), t(1), &c), None);
+        // Scheduled: 56,000 bytes for 10,000 tokens.
+        assert_eq!(pod.observe(snap(10_000, 0), t(2), &c), Some(5.6));
+        assert!(
+            (pod.trust.get() - 0.8).abs() < 1e-9,
+            "one window moves trust by the rate"
+        );
+        assert_eq!(pod.extra.get(), 0.0);
+        // Too few tokens since: no sample yet.
+        pod.routed.prompt_bytes += 4_000.0;
+        assert_eq!(pod.observe(snap(11_000, 0), t(3), &c), None);
+        // A restart starts a new window.
+        assert_eq!(pod.observe(snap(100, 0), t(4), &c), None);
     }
 
     #[test]
