@@ -286,7 +286,9 @@ impl PrefillFit {
     /// them (the squared correlation of prefills and tokens below 0.99) and both are positive.
     fn solve(&self) -> Option<(f64, f64)> {
         let det = self.pp * self.tt - self.pt * self.pt;
-        if !(det > 0.01 * self.pp * self.tt) {
+        // Also false for NaN.
+        let separable = det > 0.01 * self.pp * self.tt;
+        if !separable {
             return None;
         }
         let a = (self.tt * self.py - self.pt * self.ty) / det;
