@@ -45,11 +45,14 @@ fn main() {
         let t0 = Instant::now();
         let x = extract(Endpoint::Completions, body).expect("body");
         let t1 = Instant::now();
-        let hashes = router.hash_config().hashes(&x.prompt);
+        let hashes = router.hash_config().hashes(x.prompt.as_bytes());
         let t2 = Instant::now();
         let now = Timestamp::from_millis(u64::from(i));
         let d = router
-            .route(RouteRequest::new(&x.model, &hashes), now)
+            .route(
+                RouteRequest::new(x.model.as_deref().unwrap_or(""), &hashes),
+                now,
+            )
             .expect("route");
         router
             .complete(d.ticket, Completion::new(Outcome::Success), now)

@@ -22,7 +22,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use kvroute_core::{Decision, RouteError, RouteRequest, StrategySpec};
 
-use crate::extract::{extract, Endpoint, ExtractError};
+use crate::extract::{extract, reject, Endpoint};
 use crate::respond::{self, header, Reject, RouteTo};
 use crate::shared::Shared;
 use crate::ticket_guard::TicketGuard;
@@ -192,11 +192,9 @@ impl StreamState {
         }
         let endpoint = Endpoint::from_path(&self.info.path);
         let body = std::mem::take(&mut self.body);
-        let extracted = extract(endpoint, &body).map_err(|e| match e {
-            ExtractError::NoMessages => Reject::NoMessages,
-            other => Reject::BadBody(other.to_string()),
-        })?;
-        let to = self.route(&extracted.model, &extracted.prompt)?;
+        let extracted = extract(endpoint, &body).map_err(reject)?;
+        let model = extracted.model.as_deref().unwrap_or("");
+        let to = self.route(model, extracted.prompt.as_bytes())?;
         Ok(respond::route_in_body(&to.as_route_to()))
     }
 

@@ -60,7 +60,7 @@ pub extern "C" fn kvroute_extract_prompt(
         let body = try_slice!(body, body_len);
         let buf = try_out_slice!(buf, len);
         let out_n = try_out!(out_n);
-        let parsed = try_status!(prompt::extract(body).map_err(|_| kvroute_status::InvalidBody));
+        let parsed = try_status!(prompt::extract(body));
         bytes::write_str(&parsed.prompt, buf, out_n)
     }
 }

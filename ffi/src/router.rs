@@ -263,7 +263,7 @@ pub extern "C" fn kvroute_router_route_json(
         let body = try_slice!(body, body_len);
         let strategy = try_opt_str!(strategy, strategy_len);
         try_status!(r.check());
-        let parsed = try_status!(prompt::extract(body).map_err(|_| kvroute_status::InvalidBody));
+        let parsed = try_status!(prompt::extract(body));
         let model = match (model, parsed.model.as_deref()) {
             (Some(m), _) | (None, Some(m)) => m,
             (None, None) => return kvroute_status::InvalidBody,

@@ -1,9 +1,12 @@
 //! Prompt extraction from a study-shaped completions body (~29 KB, the prompt with 302 `\n`
 //! escapes), and from the same text as a two-message chat body.
 //!
-//! - `study/core/{completions,by_fields}`: [`kvroute_core::body::extract`].
-//! - `study/old/{ext_proc,ffi}`: the two extractors it replaced, measured in the same run.
-//! - `chat/...`: the same, for a chat body (system message + user message).
+//! - `study/{completions,by_fields}`: [`kvroute_core::body::extract`] in the Envoy service's
+//!   `/v1/completions` mode and the C ABI's by-fields mode.
+//! - `chat/{chat,by_fields}`: the same, for a chat body (system message + user message).
+//!
+//! The two extractors it replaced (ext-proc's and the C ABI's) were measured against it in the
+//! same run at commit caea1ba (`benches/old`, same bench names under `old/`).
 //!
 //! Run: `cargo bench -p kvroute-core --features json --bench body`
 
@@ -11,8 +14,6 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use kvroute_core::body::{extract, Endpoint};
-
-mod old;
 
 const SENTENCE: &str =
     "The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n";
@@ -59,49 +60,25 @@ fn bench(c: &mut Criterion) {
         extract(Endpoint::Completions, &body).unwrap().prompt,
         expected
     );
-    assert_eq!(
-        old::ext_proc::extract(old::ext_proc::Endpoint::Completions, &body)
-            .unwrap()
-            .prompt,
-        expected.as_bytes()
-    );
-    assert_eq!(old::ffi::extract(&body).unwrap().prompt, expected);
 
     let mut g = c.benchmark_group("study");
     g.throughput(Throughput::Bytes(body.len() as u64));
-    g.bench_function("core/completions", |b| {
+    g.bench_function("completions", |b| {
         b.iter(|| extract(Endpoint::Completions, black_box(&body)).unwrap())
     });
-    g.bench_function("core/by_fields", |b| {
+    g.bench_function("by_fields", |b| {
         b.iter(|| extract(Endpoint::ByFields, black_box(&body)).unwrap())
-    });
-    g.bench_function("old/ext_proc", |b| {
-        b.iter(|| {
-            old::ext_proc::extract(old::ext_proc::Endpoint::Completions, black_box(&body)).unwrap()
-        })
-    });
-    g.bench_function("old/ffi", |b| {
-        b.iter(|| old::ffi::extract(black_box(&body)).unwrap())
     });
     g.finish();
 
     let chat = chat_body();
     let mut g = c.benchmark_group("chat");
     g.throughput(Throughput::Bytes(chat.len() as u64));
-    g.bench_function("core/chat", |b| {
+    g.bench_function("chat", |b| {
         b.iter(|| extract(Endpoint::ChatCompletions, black_box(&chat)).unwrap())
     });
-    g.bench_function("core/by_fields", |b| {
+    g.bench_function("by_fields", |b| {
         b.iter(|| extract(Endpoint::ByFields, black_box(&chat)).unwrap())
-    });
-    g.bench_function("old/ext_proc", |b| {
-        b.iter(|| {
-            old::ext_proc::extract(old::ext_proc::Endpoint::ChatCompletions, black_box(&chat))
-                .unwrap()
-        })
-    });
-    g.bench_function("old/ffi", |b| {
-        b.iter(|| old::ffi::extract(black_box(&chat)).unwrap())
     });
     g.finish();
 }
