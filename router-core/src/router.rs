@@ -233,7 +233,8 @@ impl Router {
     ) -> Result<(), RegistryError> {
         let cfg = &self.config.ttft;
         let sample = self.registry.pod_mut(pod)?.model.observe(snapshot, at, cfg);
-        if let Some(bytes_per_token) = sample {
+        let from_engine = self.global.prompt_tokens == ttft::Reports::Missing;
+        if let (Some(bytes_per_token), true) = (sample, from_engine) {
             self.global.bytes_per_token.learn(bytes_per_token, cfg);
         }
         Ok(())

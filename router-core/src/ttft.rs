@@ -57,6 +57,13 @@
 //!   the router-wide bytes per token, and the engine's `prefix_cache_hits` against the indexed
 //!   and other tokens routed for `trust` and `extra` (the per-request rule below, applied to
 //!   the window's sums).
+//! - Engine counters teach a quantity only where completions do not: a pod's prefill rate,
+//!   overhead and TPOT once its completions have come without first-token times (behind
+//!   Envoy), its `trust` and `extra` once they have come without cached tokens, and the bytes
+//!   per token once completions have come without prompt tokens. Until the first completion,
+//!   and for good once one carries the signal, the per-request samples are the source
+//!   (window sums are biased where requests overlap; per-request samples are chosen where
+//!   they do not).
 
 use crate::ids::Ticket;
 use crate::time::Timestamp;
@@ -359,6 +366,12 @@ pub(crate) struct PodModel {
     pub(crate) predicted_hit_tokens: u64,
     /// What was routed to the pod, cumulative (the engine counters unused here).
     pub(crate) routed: RoutedTotals,
+    /// Whether its completions report first-token times (engine counters teach its prefill
+    /// rate, overhead and TPOT only when they do not).
+    pub(crate) first_tokens: Reports,
+    /// Whether its completions report prompt and cached tokens (engine counters teach its
+    /// `trust` and `extra` only when they do not).
+    pub(crate) cached_tokens: Reports,
 }
 
 impl PodModel {
@@ -376,6 +389,8 @@ impl PodModel {
             engine_rates: EngineRateBase::default(),
             predicted_hit_tokens: 0,
             routed: RoutedTotals::default(),
+            first_tokens: Reports::Unknown,
+            cached_tokens: Reports::Unknown,
         }
     }
 
@@ -437,10 +452,11 @@ impl PodModel {
         let hit = (hits - base.hits) as f64;
         let indexed = now.indexed_tokens - base.indexed_tokens;
         let unindexed = now.unindexed_tokens - base.unindexed_tokens;
-        if indexed >= block {
+        let from_engine = self.cached_tokens == Reports::Missing;
+        if indexed >= block && from_engine {
             self.trust.learn(hit.min(indexed) / indexed, cfg);
         }
-        if unindexed >= block {
+        if unindexed >= block && from_engine {
             self.extra.learn((hit - indexed).max(0.0) / unindexed, cfg);
         }
         let bytes = now.prompt_bytes - base.prompt_bytes;
@@ -453,6 +469,9 @@ impl PodModel {
     /// [`MIN_ENGINE_TOKEN_GAPS`] gaps. A counter that went down (engine restart) starts a new
     /// window without a sample.
     fn learn_from_engine(&mut self, s: &EngineSnapshot, cfg: &TtftConfig) {
+        if self.first_tokens != Reports::Missing {
+            return;
+        }
         if let (Some(n), Some(secs), Some(q), Some(h)) = (
             s.prefills,
             s.prefill_seconds,
@@ -524,6 +543,31 @@ impl PodModel {
 pub(crate) struct GlobalModel {
     pub(crate) bytes_per_token: Ewma,
     pub(crate) output_tokens: Ewma,
+    /// Whether completions report `prompt_tokens` (engine counters teach `bytes_per_token`
+    /// only when they do not).
+    pub(crate) prompt_tokens: Reports,
+}
+
+/// Whether completions carry a per-request signal: unknown until the first completion; once
+/// one carries it, [`Reports::Present`] for good.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Reports {
+    /// No completion yet.
+    #[default]
+    Unknown,
+    /// Completions so far came without it: engine counters are the source.
+    Missing,
+    /// A completion carried it: per-request samples are the source.
+    Present,
+}
+
+impl Reports {
+    fn note(&mut self, present: bool) {
+        *self = match (*self, present) {
+            (Reports::Present, _) | (_, true) => Reports::Present,
+            (_, false) => Reports::Missing,
+        };
+    }
 }
 
 impl GlobalModel {
@@ -531,6 +575,7 @@ impl GlobalModel {
         GlobalModel {
             bytes_per_token: Ewma::new(cfg.bytes_per_token),
             output_tokens: Ewma::new(cfg.output_tokens),
+            prompt_tokens: Reports::Unknown,
         }
     }
 }
@@ -675,6 +720,10 @@ pub(crate) fn learn(
     ctx: &TicketContext,
     timings: &crate::tickets::Timings,
 ) {
+    pod.first_tokens.note(timings.first_token_ms.is_some());
+    pod.cached_tokens
+        .note(timings.prompt_tokens.is_some() && timings.cached_tokens.is_some());
+    global.prompt_tokens.note(timings.prompt_tokens.is_some());
     if let (Some(tokens), true) = (timings.prompt_tokens, ctx.prompt_bytes > 0.0) {
         global
             .bytes_per_token
@@ -915,6 +964,9 @@ mod tests {
             ..cfg()
         };
         let mut pod = PodModel::new(&c);
+        // Completions came without first-token times or cached tokens (behind Envoy).
+        pod.first_tokens = Reports::Missing;
+        pod.cached_tokens = Reports::Missing;
         // Every second the engine finishes 4 prefills of 4,000 computed tokens (0.5 s each)
         // and 400 output-token gaps of 25 ms.
         let snap = |k: u64| EngineSnapshot {
@@ -950,6 +1002,7 @@ mod tests {
         assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), before);
         // Snapshots without the timing counters teach nothing.
         let mut pod = PodModel::new(&c);
+        pod.first_tokens = Reports::Missing;
         for k in 0..5 {
             pod.observe(
                 EngineSnapshot {
@@ -963,6 +1016,16 @@ mod tests {
         }
         assert_eq!(pod.prefill_tps.get(), 1_000.0);
         assert_eq!(pod.tpot_ms.get(), 100.0);
+        // Where completions carry first-token times (or before any completion), the engine
+        // counters teach nothing: the per-request samples are the source.
+        for reports in [Reports::Unknown, Reports::Present] {
+            let mut pod = PodModel::new(&c);
+            pod.first_tokens = reports;
+            for k in 0..30 {
+                pod.observe(snap(k), t(k * 1_000), &c);
+            }
+            assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), (1_000.0, 100.0));
+        }
     }
 
     #[test]
@@ -973,6 +1036,9 @@ mod tests {
             ..cfg()
         };
         let mut pod = PodModel::new(&c);
+        // Completions came without first-token times or cached tokens (behind Envoy).
+        pod.first_tokens = Reports::Missing;
+        pod.cached_tokens = Reports::Missing;
         let (mut n, mut secs, mut computed) = (0u64, 0.0f64, 0u64);
         for k in 0..60u64 {
             // Four prefills per window, alternately mostly cached and cold.
@@ -999,6 +1065,9 @@ mod tests {
     fn routed_totals_against_engine_counters_teach_bytes_per_token_and_trust() {
         let c = cfg(); // 1,568-token blocks: a sample needs 4 × 1,568 tokens
         let mut pod = PodModel::new(&c);
+        // Completions came without first-token times or cached tokens (behind Envoy).
+        pod.first_tokens = Reports::Missing;
+        pod.cached_tokens = Reports::Missing;
         let snap = |queries, waiting| EngineSnapshot {
             waiting,
             prefix_queries: Some(queries),
