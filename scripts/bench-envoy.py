@@ -325,14 +325,14 @@ def main():
         for n in ("floor", "kv", "kv-nohdr"):
             for shape, *_ in shapes:
                 a, b = results[(n, shape)], results[("rr", shape)]
-                print(f"  {n:8s} {shape:>7s}: p50 +{med(a, 'p50') - med(b, 'p50'):.3f} ms, "
+                print(f"  {n:8s} {shape:>7s}: p50 {med(a, 'p50') - med(b, 'p50'):+.3f} ms, "
                       f"p99 +{med(a, 'p99') - med(b, 'p99'):.3f} ms, req/s {med(a, 'rps'):.0f} vs {med(b, 'rps'):.0f}, "
                       f"Envoy CPU +{med(a, 'envoy_us') - med(b, 'envoy_us'):.0f} µs/req, "
                       f"ext_proc CPU {med(a, 'ext_us'):.0f} µs/req")
         print("kvroute-ext-proc (response headers on) vs the protocol floor (medians over rounds):")
         for shape, *_ in shapes:
             a, b = results[("kv", shape)], results[("floor", shape)]
-            print(f"  {shape:>7s}: p50 +{med(a, 'p50') - med(b, 'p50'):.3f} ms, "
+            print(f"  {shape:>7s}: p50 {med(a, 'p50') - med(b, 'p50'):+.3f} ms, "
                   f"ext_proc CPU {med(a, 'ext_us'):.0f} vs {med(b, 'ext_us'):.0f} µs/req "
                   f"(kvroute's own work {med(a, 'ext_us') - med(b, 'ext_us'):.0f} µs/req), "
                   f"Envoy CPU {med(a, 'envoy_us'):.0f} vs {med(b, 'envoy_us'):.0f} µs/req")
