@@ -8,7 +8,7 @@
 //! Layout (rustls-ffi's): `handle.rs` holds every raw-pointer cast; `panic.rs` the panic
 //! boundary that wraps every export; `status.rs` the stable status numbers; one module per C
 //! object (`config.rs`, `router.rs`, `pods.rs`, `decision.rs`), plus `hashing.rs`, `version.rs`
-//! and `prompt.rs` (AIBrix's prompt extraction from JSON bodies, free of FFI concerns).
+//! and `prompt.rs` (maps the core's shared extractor, `kvroute_core::body`, to C statuses).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
