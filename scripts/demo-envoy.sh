@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # make demo: two kvroute-sim replicas behind a real Envoy that asks kvroute-ext-proc where to
 # send each request; kvroute-sim replay sends the study's hot50 scenario with the strategies
-# prefix-cache and least-request and prints where every request went and why (the reason is
-# read from the x-kvroute-decision response header). Everything stops on exit.
+# prefix-cache, least-request and kvroute's least-ttft and prints where every request went and
+# why (the reason is read from the x-kvroute-decision response header). least-ttft is told the
+# engines' facts only (block size, sequences); its rates are learned from the replicas'
+# /metrics, scraped every 500 ms. Everything stops on exit.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${KVROUTE_BIN_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/release}
@@ -22,6 +24,11 @@ grpc = "127.0.0.1:0"
 admin = "127.0.0.1:0"
 [routing]
 default_strategy = "prefix-cache"
+[ttft]
+engine_block_tokens = 1568
+max_seqs = 8
+[engine_metrics]
+scrape_interval_ms = 500
 [models.study]
 pods = [{ name = "replica-a", address = "$A" }, { name = "replica-b", address = "$B" }]
 TOML
@@ -35,8 +42,8 @@ echo "kvroute-ext-proc: grpc=$EXT_GRPC admin=http://$EXT_ADMIN/metrics"
 echo "envoy: http://$ENVOY_LISTEN (admin $ENVOY_ADMIN)"
 echo
 "$BIN/kvroute-sim" replay --url "http://$ENVOY_LISTEN" --scenario hot50 \
-    --strategy prefix-cache --strategy least-request --requests "$REQUESTS" --speedup "$SPEEDUP" \
+    --strategy prefix-cache --strategy least-request --strategy least-ttft --requests "$REQUESTS" --speedup "$SPEEDUP" \
     --direct "http://$A" "http://$B"
 echo
 echo "kvroute-ext-proc counters after the run:"
-curl -s "http://$EXT_ADMIN/metrics" | grep -E '^(kvroute_pod_in_flight|kvroute_pod_routed_total|kvroute_tickets_completed_total|aibrix_prefix_cache_routing_selection_total|aibrix_prefix_cache_load_imbalance_total)'
+curl -s "http://$EXT_ADMIN/metrics" | grep -E '^(kvroute_pod_in_flight|kvroute_pod_routed_total|kvroute_tickets_completed_total|aibrix_prefix_cache_routing_selection_total|aibrix_prefix_cache_load_imbalance_total|kvroute_ttft_)'
