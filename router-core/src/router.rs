@@ -223,8 +223,10 @@ impl Router {
     }
 
     /// Records the pod's engine state as scraped at `at`. The TTFT model uses it until it is
-    /// older than `ttft.snapshot_max_age_ms`, adding engine load the router did not route, and
-    /// learns the pod's prefill rate and TPOT from its cumulative timing counters when present.
+    /// older than `ttft.snapshot_max_age_ms`, adding engine load the router did not route.
+    /// Where completions do not report first-token times, cached or prompt tokens (behind
+    /// Envoy), the snapshot's cumulative counters teach the pod's prefill rate, overhead,
+    /// TPOT, `trust`/`extra` and the router-wide bytes per token instead (see `ttft.rs`).
     pub fn observe_engine(
         &mut self,
         pod: PodId,
