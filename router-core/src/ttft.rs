@@ -399,7 +399,6 @@ impl PodModel {
         self.max_seqs.max(self.max_running_seen).max(1)
     }
 
-    /// Records an engine snapshot.
     /// Records a snapshot and learns the pod's rates from it; returns a sample of prompt bytes
     /// per engine token for the router-wide estimate, when one is due.
     pub(crate) fn observe(
