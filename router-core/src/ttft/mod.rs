@@ -65,6 +65,13 @@
 //!   (window sums are biased where requests overlap; per-request samples are chosen where
 //!   they do not).
 
+mod engine;
+mod learned;
+
+pub use engine::EngineSnapshot;
+pub(crate) use engine::{EngineRateBase, ObservedEngine, RoutedTotals};
+pub(crate) use learned::{Ewma, Fraction};
+
 use crate::ids::Ticket;
 use crate::time::Timestamp;
 
@@ -168,175 +175,6 @@ impl TtftConfig {
     }
 }
 
-/// A bounded exponentially weighted moving average (see the module docs).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Ewma {
-    value: f64,
-}
-
-impl Ewma {
-    pub(crate) fn new(prior: f64) -> Self {
-        Ewma { value: prior }
-    }
-
-    pub(crate) fn get(self) -> f64 {
-        self.value
-    }
-
-    /// Learns one sample; non-finite or non-positive samples are ignored.
-    pub(crate) fn learn(&mut self, sample: f64, cfg: &TtftConfig) {
-        if !(sample.is_finite() && sample > 0.0) {
-            return;
-        }
-        let r = cfg.max_sample_ratio;
-        let s = sample.clamp(self.value / r, self.value * r);
-        self.value += cfg.learning_rate * (s - self.value);
-    }
-}
-
-/// An engine's own view of its load, as scraped from its metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct EngineSnapshot {
-    /// Sequences running (`vllm:num_requests_running`).
-    pub running: u32,
-    /// Requests waiting (`vllm:num_requests_waiting`).
-    pub waiting: u32,
-    /// KV cache usage in [0, 1] (`vllm:kv_cache_usage_perc`), when known.
-    pub kv_usage: Option<f64>,
-    /// Prefix-cache queries in tokens, cumulative (`vllm:prefix_cache_queries_total`).
-    pub prefix_queries: Option<u64>,
-    /// Prefix-cache hits in tokens, cumulative (`vllm:prefix_cache_hits_total`).
-    pub prefix_hits: Option<u64>,
-    /// Seconds from scheduling to first token, summed over requests, cumulative
-    /// (`vllm:request_prefill_time_seconds_sum`).
-    pub prefill_seconds: Option<f64>,
-    /// Requests counted in `prefill_seconds`, cumulative (`..._count`).
-    pub prefills: Option<u64>,
-    /// Seconds between consecutive output tokens, summed, cumulative
-    /// (`vllm:time_per_output_token_seconds_sum`, or `vllm:inter_token_latency_seconds_sum`).
-    pub inter_token_seconds: Option<f64>,
-    /// Gaps counted in `inter_token_seconds`, cumulative (`..._count`).
-    pub inter_tokens: Option<u64>,
-}
-
-/// Prefills an engine must have finished since the last prefill-rate sample before the next
-/// one is taken from its counters (the prompt tokens are counted when requests are scheduled
-/// and the prefill time when their first token comes: over several prefills the requests
-/// straddling the window's ends weigh less).
-const MIN_ENGINE_PREFILLS: u64 = 4;
-
-/// Output-token gaps an engine must have reported since the last TPOT sample before the next
-/// one is taken from its counters.
-const MIN_ENGINE_TOKEN_GAPS: u64 = 64;
-
-/// Where the last rate sample taken from an engine's counters left off.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct EngineRateBase {
-    // (prefills, prefill seconds, prompt tokens computed = queries − hits)
-    prefill: Option<(u64, f64, u64)>,
-    // (token gaps, inter-token seconds)
-    decode: Option<(u64, f64)>,
-    // The engine's prefix-cache counters and the routed totals, when the engine last had no
-    // waiting request.
-    routed: Option<RoutedTotals>,
-    fit: PrefillFit,
-}
-
-/// What was routed to a pod (cumulative, as the model saw it), beside its engine's
-/// prefix-cache counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct RoutedTotals {
-    /// The engine's `prefix_cache_queries` (prompt tokens scheduled).
-    queries: u64,
-    /// The engine's `prefix_cache_hits`.
-    hits: u64,
-    /// Prompt bytes routed (as estimated from the hash blocks).
-    pub(crate) prompt_bytes: f64,
-    /// Prompt tokens the index said the pod held, in whole engine blocks.
-    pub(crate) indexed_tokens: f64,
-    /// The other prompt tokens.
-    pub(crate) unindexed_tokens: f64,
-}
-
-/// How much an older prefill window weighs in the fit, per newer window.
-const FIT_DECAY: f64 = 0.9;
-
-/// One window of an engine's prefill counters.
-#[derive(Clone, Copy, Debug, PartialEq)]
-struct PrefillWindow {
-    prefills: f64,
-    tokens: f64,
-    seconds: f64,
-}
-
-/// Decayed least-squares sums for `seconds = prefills × a + tokens × b` (no intercept).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-struct PrefillFit {
-    pp: f64,
-    pt: f64,
-    tt: f64,
-    py: f64,
-    ty: f64,
-}
-
-impl PrefillFit {
-    fn add(&mut self, w: PrefillWindow) {
-        let d = FIT_DECAY;
-        self.pp = d * self.pp + w.prefills * w.prefills;
-        self.pt = d * self.pt + w.prefills * w.tokens;
-        self.tt = d * self.tt + w.tokens * w.tokens;
-        self.py = d * self.py + w.prefills * w.seconds;
-        self.ty = d * self.ty + w.tokens * w.seconds;
-    }
-
-    /// `(a, b)` = (overhead seconds per prefill, seconds per token), when the windows separate
-    /// them (the squared correlation of prefills and tokens below 0.99) and both are positive.
-    fn solve(&self) -> Option<(f64, f64)> {
-        let det = self.pp * self.tt - self.pt * self.pt;
-        // Also false for NaN.
-        let separable = det > 0.01 * self.pp * self.tt;
-        if !separable {
-            return None;
-        }
-        let a = (self.tt * self.py - self.pt * self.ty) / det;
-        let b = (self.pp * self.ty - self.pt * self.py) / det;
-        (a > 0.0 && b > 0.0 && a.is_finite() && b.is_finite()).then_some((a, b))
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ObservedEngine {
-    pub(crate) snapshot: EngineSnapshot,
-    pub(crate) at: Timestamp,
-    // the router's own open requests on the pod when the snapshot was recorded
-    pub(crate) own_open: u32,
-}
-
-/// A learned fraction in [0, 1]: a plain EWMA of samples clamped to [0, 1], so one sample
-/// moves it by at most the learning rate.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub(crate) struct Fraction {
-    value: f64,
-}
-
-impl Fraction {
-    pub(crate) fn new(prior: f64) -> Self {
-        Fraction {
-            value: prior.clamp(0.0, 1.0),
-        }
-    }
-
-    pub(crate) fn get(self) -> f64 {
-        self.value
-    }
-
-    pub(crate) fn learn(&mut self, sample: f64, cfg: &TtftConfig) {
-        if sample.is_finite() {
-            self.value += cfg.learning_rate * (sample.clamp(0.0, 1.0) - self.value);
-        }
-    }
-}
-
 /// One open request on a pod, as the model sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct OpenRequest {
@@ -399,134 +237,17 @@ impl PodModel {
         self.max_seqs.max(self.max_running_seen).max(1)
     }
 
-    /// Records a snapshot and learns the pod's rates from it; returns a sample of prompt bytes
-    /// per engine token for the router-wide estimate, when one is due.
-    pub(crate) fn observe(
-        &mut self,
-        snapshot: EngineSnapshot,
-        at: Timestamp,
-        cfg: &TtftConfig,
-    ) -> Option<f64> {
-        self.max_running_seen = self.max_running_seen.max(snapshot.running);
-        self.learn_from_engine(&snapshot, cfg);
-        let bytes_per_token = self.learn_from_routed(&snapshot, cfg);
-        self.engine = Some(ObservedEngine {
-            snapshot,
-            at,
-            own_open: u32::try_from(self.open.len()).unwrap_or(u32::MAX),
-        });
-        bytes_per_token
-    }
-
-    /// Compares what was routed to the pod with what its engine scheduled, between two
-    /// snapshots that show no waiting request (so every request routed before each of them
-    /// had been scheduled, transit aside) and over at least `MIN_ENGINE_PREFILLS` engine
-    /// blocks of prompt tokens: learns `trust` (hits on the indexed tokens) and `extra` (hits
-    /// beyond them) from the engine's prefix-cache hits as [`learn`] does per request, and
-    /// returns the prompt bytes per scheduled token for the router-wide estimate.
-    fn learn_from_routed(&mut self, s: &EngineSnapshot, cfg: &TtftConfig) -> Option<f64> {
-        let (queries, hits) = (s.prefix_queries?, s.prefix_hits?);
-        if s.waiting > 0 {
-            return None;
-        }
-        let now = RoutedTotals {
-            queries,
-            hits,
-            ..self.routed
-        };
-        let Some(base) = self.engine_rates.routed else {
-            self.engine_rates.routed = Some(now);
-            return None;
-        };
-        if queries < base.queries || hits < base.hits {
-            self.engine_rates.routed = Some(now);
-            return None;
-        }
-        let tokens = (queries - base.queries) as f64;
+    /// Learns `trust` (the share of the index's promised tokens the engine reused) and `extra`
+    /// (the share of the other prompt tokens it reused anyway) from `hit` tokens served from
+    /// cache out of `indexed` promised and `other` not promised, each only over at least one
+    /// engine block. Hits count against the promised tokens first.
+    pub(crate) fn learn_reuse(&mut self, hit: f64, indexed: f64, other: f64, cfg: &TtftConfig) {
         let block = f64::from(cfg.engine_block_tokens);
-        if tokens < MIN_ENGINE_PREFILLS as f64 * block {
-            return None;
-        }
-        self.engine_rates.routed = Some(now);
-        let hit = (hits - base.hits) as f64;
-        let indexed = now.indexed_tokens - base.indexed_tokens;
-        let unindexed = now.unindexed_tokens - base.unindexed_tokens;
-        let from_engine = self.cached_tokens == Reports::Missing;
-        if indexed >= block && from_engine {
+        if indexed >= block {
             self.trust.learn(hit.min(indexed) / indexed, cfg);
         }
-        if unindexed >= block && from_engine {
-            self.extra.learn((hit - indexed).max(0.0) / unindexed, cfg);
-        }
-        let bytes = now.prompt_bytes - base.prompt_bytes;
-        (bytes > 0.0).then(|| bytes / tokens)
-    }
-
-    /// Learns the pod's prefill rate and TPOT from the engine's cumulative counters: prompt
-    /// tokens computed (prefix-cache queries − hits) per second of prefill time, over at least
-    /// [`MIN_ENGINE_PREFILLS`] prefills; inter-token seconds per gap, over at least
-    /// [`MIN_ENGINE_TOKEN_GAPS`] gaps. A counter that went down (engine restart) starts a new
-    /// window without a sample.
-    fn learn_from_engine(&mut self, s: &EngineSnapshot, cfg: &TtftConfig) {
-        if self.first_tokens != Reports::Missing {
-            return;
-        }
-        if let (Some(n), Some(secs), Some(q), Some(h)) = (
-            s.prefills,
-            s.prefill_seconds,
-            s.prefix_queries,
-            s.prefix_hits,
-        ) {
-            let now = (n, secs, q.saturating_sub(h));
-            match self.engine_rates.prefill {
-                Some((n0, s0, c0)) if n >= n0 && secs >= s0 && now.2 >= c0 => {
-                    if n - n0 >= MIN_ENGINE_PREFILLS {
-                        let window = PrefillWindow {
-                            prefills: (n - n0) as f64,
-                            tokens: (now.2 - c0) as f64,
-                            seconds: secs - s0,
-                        };
-                        self.learn_prefill_window(window, cfg);
-                        self.engine_rates.prefill = Some(now);
-                    }
-                }
-                _ => self.engine_rates.prefill = Some(now),
-            }
-        }
-        if let (Some(n), Some(secs)) = (s.inter_tokens, s.inter_token_seconds) {
-            match self.engine_rates.decode {
-                Some((n0, s0)) if n >= n0 && secs >= s0 => {
-                    if n - n0 >= MIN_ENGINE_TOKEN_GAPS {
-                        self.tpot_ms
-                            .learn((secs - s0) * 1_000.0 / (n - n0) as f64, cfg);
-                        self.engine_rates.decode = Some((n, secs));
-                    }
-                }
-                _ => self.engine_rates.decode = Some((n, secs)),
-            }
-        }
-    }
-
-    /// Fits `seconds = prefills × overhead + tokens / rate` to the windows seen so far (least
-    /// squares, older windows decaying by [`FIT_DECAY`] each) and learns the fitted rate and
-    /// overhead. While the windows cannot separate the two (too few, or tokens proportional to
-    /// prefills) or the fit is not positive, the window's plain ratio `tokens / seconds` is the
-    /// rate sample (low by the overhead) and the overhead is left alone.
-    fn learn_prefill_window(&mut self, w: PrefillWindow, cfg: &TtftConfig) {
-        if !(w.seconds > 0.0 && w.seconds.is_finite()) {
-            return;
-        }
-        let fit = &mut self.engine_rates.fit;
-        fit.add(w);
-        match fit.solve() {
-            Some((overhead_s, s_per_token)) => {
-                self.prefill_tps.learn(1.0 / s_per_token, cfg);
-                self.overhead_ms.learn(overhead_s * 1_000.0, cfg);
-            }
-            None if w.tokens >= f64::from(cfg.engine_block_tokens) => {
-                self.prefill_tps.learn(w.tokens / w.seconds, cfg);
-            }
-            None => {}
+        if other >= block {
+            self.extra.learn((hit - indexed).max(0.0) / other, cfg);
         }
     }
 
@@ -743,15 +464,8 @@ pub(crate) fn learn(
     }
     if let (Some(prompt), Some(cached)) = (timings.prompt_tokens, timings.cached_tokens) {
         let (prompt, cached) = (f64::from(prompt), f64::from(cached));
-        let block = f64::from(cfg.engine_block_tokens);
         let indexed = ctx.indexed_tokens.min(prompt);
-        if indexed >= block {
-            pod.trust.learn(cached.min(indexed) / indexed, cfg);
-        }
-        if prompt - indexed >= block {
-            pod.extra
-                .learn((cached - indexed).max(0.0) / (prompt - indexed), cfg);
-        }
+        pod.learn_reuse(cached, indexed, prompt - indexed, cfg);
     }
     let Some(first) = timings.first_token_ms else {
         return;
@@ -778,11 +492,11 @@ pub(crate) fn learn(
 mod tests {
     use super::*;
 
-    fn t(ms: u64) -> Timestamp {
+    pub(super) fn t(ms: u64) -> Timestamp {
         Timestamp::from_millis(ms)
     }
 
-    fn cfg() -> TtftConfig {
+    pub(super) fn cfg() -> TtftConfig {
         TtftConfig {
             engine_block_tokens: 1_568,
             max_seqs: 2,
@@ -953,174 +667,6 @@ mod tests {
             (pod.trust.get() - 0.8).abs() < 1e-9,
             "one sample moves trust by the learning rate"
         );
-    }
-
-    #[test]
-    fn engine_counters_teach_prefill_rate_and_tpot_without_first_tokens() {
-        let c = TtftConfig {
-            prefill_tokens_per_s: 1_000.0, // truth below: 8,000
-            tpot_ms: 100.0,                // truth below: 25
-            ..cfg()
-        };
-        let mut pod = PodModel::new(&c);
-        // Completions came without first-token times or cached tokens (behind Envoy).
-        pod.first_tokens = Reports::Missing;
-        pod.cached_tokens = Reports::Missing;
-        // Every second the engine finishes 4 prefills of 4,000 computed tokens (0.5 s each)
-        // and 400 output-token gaps of 25 ms.
-        let snap = |k: u64| EngineSnapshot {
-            prefix_queries: Some(k * 20_000),
-            prefix_hits: Some(k * 4_000),
-            prefills: Some(k * 4),
-            prefill_seconds: Some(k as f64 * 2.0),
-            inter_tokens: Some(k * 400),
-            inter_token_seconds: Some(k as f64 * 10.0),
-            ..Default::default()
-        };
-        for k in 0..30 {
-            pod.observe(snap(k), t(k * 1_000), &c);
-        }
-        assert!(
-            (pod.prefill_tps.get() - 8_000.0).abs() < 100.0,
-            "{:?}",
-            pod.prefill_tps
-        );
-        assert!((pod.tpot_ms.get() - 25.0).abs() < 0.5, "{:?}", pod.tpot_ms);
-
-        // A restart (counters back near zero) is a new window, not a sample.
-        let before = (pod.prefill_tps.get(), pod.tpot_ms.get());
-        pod.observe(snap(1), t(40_000), &c);
-        assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), before);
-        // Fewer than 4 prefills or 64 gaps since the last sample: no sample yet.
-        let mut few = snap(1);
-        few.prefills = Some(7);
-        few.prefill_seconds = Some(100.0);
-        few.inter_tokens = Some(450);
-        few.inter_token_seconds = Some(100.0);
-        pod.observe(few, t(41_000), &c);
-        assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), before);
-        // Snapshots without the timing counters teach nothing.
-        let mut pod = PodModel::new(&c);
-        pod.first_tokens = Reports::Missing;
-        for k in 0..5 {
-            pod.observe(
-                EngineSnapshot {
-                    running: 3,
-                    prefix_queries: Some(k * 20_000),
-                    ..Default::default()
-                },
-                t(k * 1_000),
-                &c,
-            );
-        }
-        assert_eq!(pod.prefill_tps.get(), 1_000.0);
-        assert_eq!(pod.tpot_ms.get(), 100.0);
-        // Where completions carry first-token times (or before any completion), the engine
-        // counters teach nothing: the per-request samples are the source.
-        for reports in [Reports::Unknown, Reports::Present] {
-            let mut pod = PodModel::new(&c);
-            pod.first_tokens = reports;
-            for k in 0..30 {
-                pod.observe(snap(k), t(k * 1_000), &c);
-            }
-            assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), (1_000.0, 100.0));
-        }
-    }
-
-    #[test]
-    fn prefill_windows_of_different_mixes_separate_overhead_from_rate() {
-        let c = TtftConfig {
-            prefill_tokens_per_s: 1_000.0, // truth: 16,000 tokens/s
-            overhead_ms: 100.0,            // truth: 10 ms per prefill
-            ..cfg()
-        };
-        let mut pod = PodModel::new(&c);
-        // Completions came without first-token times or cached tokens (behind Envoy).
-        pod.first_tokens = Reports::Missing;
-        pod.cached_tokens = Reports::Missing;
-        let (mut n, mut secs, mut computed) = (0u64, 0.0f64, 0u64);
-        for k in 0..60u64 {
-            // Four prefills per window, alternately mostly cached and cold.
-            let tokens = if k % 2 == 0 { 1_200 } else { 20_000 };
-            n += 4;
-            computed += tokens;
-            secs += 4.0 * 0.010 + tokens as f64 / 16_000.0;
-            let snap = EngineSnapshot {
-                prefix_queries: Some(computed),
-                prefix_hits: Some(0),
-                prefills: Some(n),
-                prefill_seconds: Some(secs),
-                ..Default::default()
-            };
-            pod.observe(snap, t(k * 1_000), &c);
-        }
-        let rate = pod.prefill_tps.get();
-        let overhead = pod.overhead_ms.get();
-        assert!((rate - 16_000.0).abs() < 320.0, "{rate}");
-        assert!((overhead - 10.0).abs() < 1.0, "{overhead}");
-    }
-
-    #[test]
-    fn routed_totals_against_engine_counters_teach_bytes_per_token_and_trust() {
-        let c = cfg(); // 1,568-token blocks: a sample needs 4 × 1,568 tokens
-        let mut pod = PodModel::new(&c);
-        // Completions came without first-token times or cached tokens (behind Envoy).
-        pod.first_tokens = Reports::Missing;
-        pod.cached_tokens = Reports::Missing;
-        let snap = |queries, waiting| EngineSnapshot {
-            waiting,
-            prefix_queries: Some(queries),
-            prefix_hits: Some(0),
-            ..Default::default()
-        };
-        assert_eq!(pod.observe(snap(0, 0), t(0), &c), None); // the first window starts
-        pod.routed.prompt_bytes += 56_000.0;
-        // The index promised 6,272 of those tokens; the engine had none of them.
-        pod.routed.indexed_tokens += 6_272.0;
-        pod.routed.unindexed_tokens += 3_728.0;
-        // Routed but still queued on the engine: no sample, the window stays open.
-        assert_eq!(pod.observe(snap(5_000, 2), t(1), &c), None);
-        // Scheduled: 56,000 bytes for 10,000 tokens.
-        assert_eq!(pod.observe(snap(10_000, 0), t(2), &c), Some(5.6));
-        assert!(
-            (pod.trust.get() - 0.8).abs() < 1e-9,
-            "one window moves trust by the rate"
-        );
-        assert_eq!(pod.extra.get(), 0.0);
-        // Too few tokens since: no sample yet.
-        pod.routed.prompt_bytes += 4_000.0;
-        assert_eq!(pod.observe(snap(11_000, 0), t(3), &c), None);
-        // A restart starts a new window.
-        assert_eq!(pod.observe(snap(100, 0), t(4), &c), None);
-    }
-
-    #[test]
-    fn snapshots_raise_capacity_but_never_lower_it() {
-        let c = TtftConfig {
-            max_seqs: 4,
-            ..cfg()
-        };
-        let mut pod = PodModel::new(&c);
-        pod.observe(
-            EngineSnapshot {
-                running: 1,
-                waiting: 3,
-                ..Default::default()
-            },
-            t(0),
-            &c,
-        );
-        assert_eq!(pod.capacity(), 4);
-        pod.observe(
-            EngineSnapshot {
-                running: 12,
-                waiting: 0,
-                ..Default::default()
-            },
-            t(1),
-            &c,
-        );
-        assert_eq!(pod.capacity(), 12);
     }
 
     #[test]
