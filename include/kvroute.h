@@ -187,7 +187,7 @@ enum kvroute_reason
    */
   KVROUTE_REASON_WEIGHTED = 5,
   /**
-   * `least-ttft`: the smallest predicted time to first token.
+   * `least-ttft`: the smallest predicted time to first token plus prefill stall charge.
    */
   KVROUTE_REASON_LEAST_TTFT = 6,
 };

@@ -150,7 +150,7 @@ pub struct LimitsSection {
 }
 
 /// `[ttft]`: [`kvroute_core::TtftConfig`] field by field; an absent key keeps the core's
-/// default (see `router-core/src/ttft.rs` for the model and every parameter).
+/// default (see `router-core/src/ttft/mod.rs` for the model and every parameter).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TtftSection {
@@ -175,8 +175,11 @@ pub struct TtftSection {
     pub max_sample_ratio: Option<f64>,
     /// Engine snapshots older than this are ignored, ms (default 2,000).
     pub snapshot_max_age_ms: Option<u64>,
-    /// Predictions closer than this tie, ms (default 1).
+    /// Predictions closer than this tie, ms (default 300).
     pub tie_ms: Option<f64>,
+    /// How many times its length a prefill is charged for stalling a full pod's decodes
+    /// (default 2; 0 ranks by predicted TTFT alone).
+    pub stall_weight: Option<f64>,
 }
 
 impl TtftSection {
@@ -196,6 +199,7 @@ impl TtftSection {
             max_sample_ratio: self.max_sample_ratio.unwrap_or(d.max_sample_ratio),
             snapshot_max_age_ms: self.snapshot_max_age_ms.unwrap_or(d.snapshot_max_age_ms),
             tie_ms: self.tie_ms.unwrap_or(d.tie_ms),
+            stall_weight: self.stall_weight.unwrap_or(d.stall_weight),
         }
     }
 }
@@ -585,12 +589,13 @@ mod tests {
         assert_eq!(c.router.ttft, TtftConfig::default());
         assert_eq!(c.scrape_interval, Some(DEFAULT_SCRAPE_INTERVAL));
         assert_eq!(c.scrape_timeout, DEFAULT_SCRAPE_TIMEOUT);
-        let text = "[routing]\ndefault_strategy = \"least-ttft\"\n[ttft]\nengine_block_tokens = 1568\nmax_seqs = 8\ntpot_ms = 57.5\nsnapshot_max_age_ms = 500\n[engine_metrics]\nscrape_interval_ms = 0\n[models.m]\npods = [{ name = \"a\", address = \"127.0.0.1:1\", max_seqs = 4 }]";
+        let text = "[routing]\ndefault_strategy = \"least-ttft\"\n[ttft]\nengine_block_tokens = 1568\nmax_seqs = 8\ntpot_ms = 57.5\nsnapshot_max_age_ms = 500\nstall_weight = 0.5\n[engine_metrics]\nscrape_interval_ms = 0\n[models.m]\npods = [{ name = \"a\", address = \"127.0.0.1:1\", max_seqs = 4 }]";
         let c = load(text, &[], Overrides::default()).unwrap();
         assert_eq!(c.default_strategy_text, "least-ttft");
         let t = &c.router.ttft;
         assert_eq!((t.engine_block_tokens, t.max_seqs), (1568, 8));
         assert_eq!((t.tpot_ms, t.snapshot_max_age_ms), (57.5, 500));
+        assert_eq!(t.stall_weight, 0.5);
         assert_eq!(
             t.prefill_tokens_per_s,
             TtftConfig::default().prefill_tokens_per_s
@@ -618,6 +623,7 @@ mod tests {
             "[ttft]\nmax_seqs = 0",
             "[ttft]\nlearning_rate = 1.5",
             "[ttft]\nprefill_tokens_per_s = -1.0",
+            "[ttft]\nstall_weight = -1.0",
         ] {
             assert!(
                 matches!(

@@ -178,7 +178,7 @@ pub enum kvroute_reason {
     LeastRequestFallback = 4,
     /// A weighted multi-strategy spec: highest combined score.
     Weighted = 5,
-    /// `least-ttft`: the smallest predicted time to first token.
+    /// `least-ttft`: the smallest predicted time to first token plus prefill stall charge.
     LeastTtft = 6,
 }
 

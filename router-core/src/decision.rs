@@ -20,7 +20,7 @@ pub enum Reason {
     LeastRequestFallback,
     /// A weighted multi-strategy spec: highest combined score.
     Weighted,
-    /// `least-ttft`: the smallest predicted time to first token.
+    /// `least-ttft`: the smallest predicted time to first token plus prefill stall charge.
     LeastTtft,
 }
 
@@ -106,11 +106,15 @@ pub struct Prediction {
     pub ttft_ms: u32,
     /// Predicted wait before prefill starts (slot and prefill backlog), ms.
     pub queue_ms: u32,
+    /// What `least-ttft` charged for the stall this prefill imposes on the pod's running
+    /// decodes, ms (it ranks pods by `ttft_ms + stall_ms`).
+    pub stall_ms: u32,
     /// Prompt tokens predicted to be served from the engine's prefix cache.
     pub cached_tokens: u32,
     /// Estimated prompt tokens.
     pub prompt_tokens: u32,
-    /// `least-ttft` only: the best predicted TTFT among the other pods, ms.
+    /// `least-ttft` only: the predicted TTFT of the runner-up (the other pod of lowest
+    /// `ttft_ms + stall_ms`), ms.
     pub runner_up_ttft_ms: Option<u32>,
 }
 
@@ -171,8 +175,8 @@ impl fmt::Display for Decision {
         let p = &self.prediction;
         write!(
             f,
-            " pred_ttft_ms={} pred_queue_ms={} pred_cached_tokens={}/{}",
-            p.ttft_ms, p.queue_ms, p.cached_tokens, p.prompt_tokens
+            " pred_ttft_ms={} pred_queue_ms={} pred_stall_ms={} pred_cached_tokens={}/{}",
+            p.ttft_ms, p.queue_ms, p.stall_ms, p.cached_tokens, p.prompt_tokens
         )?;
         if let Some(r) = p.runner_up_ttft_ms {
             write!(f, " runner_up_ttft_ms={r}")?;

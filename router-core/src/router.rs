@@ -63,7 +63,7 @@ struct Scratch {
     matched: Vec<u32>,
     order: Vec<usize>,
     totals: Vec<f64>,
-    ttft: Vec<f64>,
+    costs: Vec<f64>,
     estimates: Vec<Estimate>,
     ends: Vec<u64>,
 }
@@ -92,7 +92,8 @@ struct Picked {
     index: usize,
     reason: Reason,
     imbalance: bool,
-    runner_up: Option<f64>,
+    /// least-ttft: the lowest-cost other candidate.
+    runner_up: Option<usize>,
     total_blocks: u32,
 }
 
@@ -226,7 +227,7 @@ impl Router {
     /// older than `ttft.snapshot_max_age_ms`, adding engine load the router did not route.
     /// Where completions do not report first-token times, cached or prompt tokens (behind
     /// Envoy), the snapshot's cumulative counters teach the pod's prefill rate, overhead,
-    /// TPOT, `trust`/`extra` and the router-wide bytes per token instead (see `ttft.rs`).
+    /// TPOT, `trust`/`extra` and the router-wide bytes per token instead (see `ttft/engine.rs`).
     pub fn observe_engine(
         &mut self,
         pod: PodId,
@@ -401,7 +402,7 @@ impl Router {
         };
         let s = &mut self.scratch;
         s.estimates.clear();
-        s.ttft.clear();
+        s.costs.clear();
         if spec.contains(Strategy::LeastTtft) {
             for c in &s.cands {
                 let pod = &self.registry.pods[c.pod.index()].model;
@@ -413,7 +414,7 @@ impl Router {
                     now,
                     &mut s.ends,
                 );
-                s.ttft.push(e.ttft_ms);
+                s.costs.push(e.cost_ms());
                 s.estimates.push(e);
             }
         }
@@ -440,7 +441,7 @@ impl Router {
             Some(Strategy::LeastTtft) => {
                 let (i, r) = select::least_ttft(
                     &s.cands,
-                    &s.ttft,
+                    &s.costs,
                     self.config.ttft.tie_ms,
                     &mut self.rng,
                     &mut s.order,
@@ -467,7 +468,7 @@ impl Router {
                     &s.cands,
                     spec,
                     total_blocks,
-                    &s.ttft,
+                    &s.costs,
                     &mut self.rng,
                     &mut s.totals,
                     &mut s.order,
@@ -543,7 +544,10 @@ impl Router {
             queue_ms: est.queue_ms.round() as u32,
             cached_tokens: est.cached_tokens as u32,
             prompt_tokens: size.prompt_tokens.round() as u32,
-            runner_up_ttft_ms: runner_up.map(|r: f64| r.round() as u32),
+            stall_ms: est.stall_ms.round() as u32,
+            runner_up_ttft_ms: runner_up
+                .and_then(|i| s.estimates.get(i))
+                .map(|r| r.ttft_ms.round() as u32),
         };
 
         let match_percent = select::match_percent(chosen.matched, total_blocks);

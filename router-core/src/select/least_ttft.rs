@@ -1,32 +1,30 @@
-//! `least-ttft`: the pod with the smallest predicted time to first token (model in
-//! [`crate::TtftConfig`]). Predictions within `tie_ms` of the best tie; ties go to the better
-//! prefix match, then the lower load, then the seeded PRNG.
+//! `least-ttft`: the pod with the lowest cost, its predicted time to first token plus the
+//! stall its prefill imposes on the pod's running decodes (model in [`crate::TtftConfig`]).
+//! Costs within `tie_ms` of the best tie; ties go to the better prefix match, then the lower
+//! load, then the seeded PRNG.
 
 use super::Candidate;
 
-/// The index of the winner and the best prediction among the others (if any). `cands` and
-/// `ttft_ms` are parallel and non-empty; `order` is scratch space.
+/// The index of the winner and of the lowest-cost other candidate (if any). `cands` and
+/// `cost_ms` are parallel and non-empty; `order` is scratch space.
 pub(crate) fn least_ttft(
     cands: &[Candidate],
-    ttft_ms: &[f64],
+    cost_ms: &[f64],
     tie_ms: f64,
     rng: &mut fastrand::Rng,
     order: &mut Vec<usize>,
-) -> (usize, Option<f64>) {
-    let best = ttft_ms.iter().copied().fold(f64::INFINITY, f64::min);
+) -> (usize, Option<usize>) {
+    let best = cost_ms.iter().copied().fold(f64::INFINITY, f64::min);
     order.clear();
-    order.extend((0..cands.len()).filter(|&i| ttft_ms[i] <= best + tie_ms));
+    order.extend((0..cands.len()).filter(|&i| cost_ms[i] <= best + tie_ms));
     let top_match = order.iter().map(|&i| cands[i].matched).max().unwrap_or(0);
     order.retain(|&i| cands[i].matched == top_match);
     let low_load = order.iter().map(|&i| cands[i].load).min().unwrap_or(0);
     order.retain(|&i| cands[i].load == low_load);
     let winner = order[rng.usize(..order.len())];
-    let runner_up = ttft_ms
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != winner)
-        .map(|(_, &t)| t)
-        .reduce(f64::min);
+    let runner_up = (0..cands.len())
+        .filter(|&i| i != winner)
+        .min_by(|&a, &b| cost_ms[a].total_cmp(&cost_ms[b]));
     (winner, runner_up)
 }
 
@@ -44,7 +42,7 @@ mod tests {
     }
 
     #[test]
-    fn minimum_wins_and_reports_the_runner_up() {
+    fn minimum_wins_and_names_the_runner_up() {
         let cands = [c(0, 0, 0), c(1, 5, 9), c(2, 1, 0)];
         let (w, r) = least_ttft(
             &cands,
@@ -53,7 +51,7 @@ mod tests {
             &mut fastrand::Rng::with_seed(1),
             &mut Vec::new(),
         );
-        assert_eq!((w, r), (1, Some(400.0)));
+        assert_eq!((w, r), (1, Some(2)));
     }
 
     #[test]

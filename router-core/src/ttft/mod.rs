@@ -23,6 +23,17 @@
 //!   (prior 1; below 1 when the engine evicts), and `extra_p`, the share of the rest it reused
 //!   anyway (prior 0; above 0 when the engine holds prefixes the index never saw: warm engines,
 //!   other routers). Each moves by at most `learning_rate` per sample.
+//! - `least-ttft` ranks pods by `ttft + stall`, not by `ttft` alone (the prediction it reports
+//!   is `ttft`). `stall` prices what this request's prefill costs the requests already on `p`:
+//!   while an engine prefills, its running decodes make no progress (a vLLM step that carries
+//!   a prefill chunk lasts as long as the chunk), so each of the `decoding_p` requests still
+//!   decoding when the prefill starts ends that much later, and so do the requests that will
+//!   wait for their slots. `stall = stall_weight × (P − expected) / prefill_rate_p ×
+//!   decoding_p / capacity_p`: nothing on an idle pod, up to `stall_weight` times the prefill
+//!   on a full one. It keeps a request on the pod that holds its prefix unless another pod is
+//!   faster by more than the damage a cold prefill does there; ranked by TTFT alone, a request
+//!   that spills to save a few hundred ms costs the requests around it seconds of stalled
+//!   decodes.
 //! - `capacity_p` is the configured `max_seqs` (per pod or default), raised to the most running
 //!   sequences an engine snapshot has shown. (It is never lowered from snapshots: a request
 //!   waits a step before it runs, so "waiting > 0" says little about capacity.)
@@ -117,6 +128,10 @@ pub struct TtftConfig {
     /// good to a few hundred ms, and within that, keeping a prefix where it is cached pays
     /// later.
     pub tie_ms: f64,
+    /// How many times its own length a prefill is charged when it stalls a full pod's
+    /// decodes (see the module docs; 0 ranks by predicted TTFT alone). Default 2: the stall
+    /// delays the pod's next free slot, and the request after that one's.
+    pub stall_weight: f64,
 }
 
 impl Default for TtftConfig {
@@ -133,6 +148,7 @@ impl Default for TtftConfig {
             max_sample_ratio: 3.0,
             snapshot_max_age_ms: 2_000,
             tie_ms: 300.0,
+            stall_weight: 2.0,
         }
     }
 }
@@ -170,6 +186,9 @@ impl TtftConfig {
         }
         if !(self.tie_ms.is_finite() && self.tie_ms >= 0.0) {
             return Some("ttft.tie_ms");
+        }
+        if !(self.stall_weight.is_finite() && self.stall_weight >= 0.0) {
+            return Some("ttft.stall_weight");
         }
         None
     }
@@ -304,6 +323,8 @@ impl GlobalModel {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Estimate {
     pub(crate) ttft_ms: f64,
+    /// What the prefill's stall of the pod's running decodes is charged, ms (module docs).
+    pub(crate) stall_ms: f64,
     /// Time before this request's prefill can start (slot wait and prefill backlog), ms.
     pub(crate) queue_ms: f64,
     /// Tokens the engine is expected to reuse (index match corrected by what was learned).
@@ -311,6 +332,13 @@ pub(crate) struct Estimate {
     /// Tokens the index alone says are cached (whole engine blocks).
     pub(crate) indexed_tokens: f64,
     pub(crate) uncached_tokens: f64,
+}
+
+impl Estimate {
+    /// What `least-ttft` minimises.
+    pub(crate) fn cost_ms(&self) -> f64 {
+        self.ttft_ms + self.stall_ms
+    }
 }
 
 /// What a request looks like to the model.
@@ -325,8 +353,8 @@ pub(crate) struct Job {
 /// does not stick): each open request takes the earliest free slot at or after its issue time,
 /// prefills after the requests before it, then decodes; one still open past that is assumed to need
 /// [`OVERRUN_TAIL`] of a decode more. A fresh engine snapshot adds the requests the router did not route,
-/// as half-done. The new request then takes the next slot and prefills after all of them.
-/// `scratch` is reused space for the slot heap.
+/// as half-done. The new request then takes the next slot and prefills after all of them,
+/// stalling the requests still decoding then. `scratch` is reused space for the slot heap.
 pub(crate) fn estimate(
     pod: &PodModel,
     global: &GlobalModel,
@@ -390,11 +418,16 @@ pub(crate) fn estimate(
         slots.push(Reverse((end * 1_000.0) as u64));
     }
     let start = take_slot(&mut slots).max(now_ms).max(prefill_free);
+    let start_us = (start * 1_000.0) as u64;
+    let decoding = slots.iter().filter(|Reverse(end)| *end > start_us).count();
     *scratch = slots.into_iter().map(|Reverse(us)| us).collect();
     let queue_ms = start - now_ms;
-    let ttft_ms = queue_ms + pod.overhead_ms.get() + prefill_ms(uncached);
+    let own_prefill_ms = prefill_ms(uncached);
+    let ttft_ms = queue_ms + pod.overhead_ms.get() + own_prefill_ms;
+    let stall_ms = cfg.stall_weight * own_prefill_ms * decoding as f64 / f64::from(pod.capacity());
     Estimate {
         ttft_ms,
+        stall_ms,
         queue_ms,
         cached_tokens: expected,
         indexed_tokens: indexed,
@@ -559,6 +592,47 @@ mod tests {
         pod.open = vec![open(4, 0, 0.0)];
         let e = estimate(&pod, &g, &c, job, t(60_000), &mut Vec::new());
         assert_eq!(e.queue_ms, 2_590.0);
+    }
+
+    #[test]
+    fn a_prefill_is_charged_for_the_decodes_it_stalls() {
+        // max_seqs 2, prefill 3,000 tokens/s: a 3,000-token prefill lasts 1,000 ms.
+        let c = cfg();
+        let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let job = Job {
+            prompt_tokens: 3_000.0,
+            matched_bytes: 0.0,
+        };
+        let idle = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(idle.stall_ms, 0.0, "nothing to stall on an idle pod");
+        // One request decoding (routed at 0, no prefill left): half the slots are busy when the
+        // new prefill starts, so it is charged stall_weight (2) × 1,000 ms × 1/2.
+        pod.open = vec![OpenRequest {
+            ticket: Ticket(1),
+            issued: t(0),
+            uncached_tokens: 0.0,
+        }];
+        let busy = estimate(&pod, &g, &c, job, t(100), &mut Vec::new());
+        assert_eq!(busy.queue_ms, 0.0);
+        assert_eq!(busy.stall_ms, 1_000.0);
+        assert_eq!(busy.cost_ms(), busy.ttft_ms + 1_000.0);
+        // A fully cached prompt stalls nothing, and a zero weight turns the charge off.
+        let cached = Job {
+            prompt_tokens: 3_136.0,
+            matched_bytes: 3_136.0 * 5.6,
+        };
+        assert_eq!(
+            estimate(&pod, &g, &c, cached, t(100), &mut Vec::new()).stall_ms,
+            0.0
+        );
+        let off = TtftConfig {
+            stall_weight: 0.0,
+            ..cfg()
+        };
+        assert_eq!(
+            estimate(&pod, &g, &off, job, t(100), &mut Vec::new()).stall_ms,
+            0.0
+        );
     }
 
     #[test]
