@@ -133,6 +133,37 @@ pub struct RunResult {
     pub duration_s: f64,
 }
 
+/// The client's side of a run.
+#[derive(Debug, Default)]
+struct Flight {
+    /// Requests sent and not answered yet.
+    in_flight: usize,
+    /// Requests answered, or refused by the router.
+    done: usize,
+    /// Routed requests on their way to the engine: (due, id, pod), in due order.
+    pending: VecDeque<(u64, usize, usize)>,
+}
+
+impl Flight {
+    /// Counts what [`Cluster::send`] did: a routed request is in flight on its way to the
+    /// engine; a refused one is done.
+    fn sent(&mut self, routed: Option<(u64, usize, usize)>) {
+        match routed {
+            Some(p) => {
+                self.in_flight += 1;
+                self.pending.push_back(p);
+            }
+            None => self.done += 1,
+        }
+    }
+
+    /// A request in flight has its answer, or failed at the engine.
+    fn answered(&mut self) {
+        self.in_flight -= 1;
+        self.done += 1;
+    }
+}
+
 #[derive(Default)]
 struct Live {
     sent_us: u64,
@@ -318,28 +349,25 @@ impl Cluster {
             .collect();
         let mut busy_until: Vec<Option<u64>> = vec![None; self.engines.len()];
         let mut deferred: VecDeque<usize> = VecDeque::new();
-        // Routed requests on their way to the engine: (due, id, pod), in due order.
-        let mut pending: VecDeque<(u64, usize, usize)> = VecDeque::new();
-        let mut in_flight = 0usize;
+        let mut flight = Flight::default();
         let mut next_arrival = 0usize;
         let mut next_sample = 0u64;
         let mut samples = Vec::new();
         let mut events: Vec<TokenEvent> = Vec::new();
-        let mut done = 0usize;
         let mut now = 0u64;
 
-        while done < n {
+        while flight.done < n {
             let step_end = busy_until
                 .iter()
                 .enumerate()
                 .filter_map(|(e, t)| t.map(|t| (t, e)))
                 .min();
             let arrival_at = arrivals.get(next_arrival).map(|a| a.at_us);
-            let pending_at = pending.front().map(|p| p.0);
+            let pending_at = flight.pending.front().map(|p| p.0);
             if step_end.is_none()
                 && arrival_at.is_none()
                 && deferred.is_empty()
-                && pending.is_empty()
+                && flight.pending.is_empty()
             {
                 // Nothing can happen any more (every remaining request failed to start).
                 break;
@@ -369,29 +397,22 @@ impl Cluster {
                     l.cached = ev.cached_tokens;
                     l.prompt = ev.prompt_tokens;
                     if ev.finished {
-                        done += 1;
-                        in_flight -= 1;
+                        flight.answered();
                         self.finish(&mut records[id], l, t);
                     }
                 }
                 busy_until[e] = self.engines[e].start_step().map(|d| t + d);
-                while in_flight < self.config.client_cap {
+                while flight.in_flight < self.config.client_cap {
                     let Some(id) = deferred.pop_front() else {
                         break;
                     };
                     let spec = specs[id].as_ref().unwrap_or(default_strategy);
-                    match self.send(id, &arrivals[id], spec, now, &mut live, &mut records) {
-                        Some(p) => {
-                            in_flight += 1;
-                            pending.push_back(p);
-                        }
-                        None => done += 1,
-                    }
+                    flight.sent(self.send(id, &arrivals[id], spec, now, &mut live, &mut records));
                 }
                 continue;
             }
-            if let Some(&(_, id, pod)) = pending.front().filter(|p| p.0 <= now) {
-                pending.pop_front();
+            if let Some(&(_, id, pod)) = flight.pending.front().filter(|p| p.0 <= now) {
+                flight.pending.pop_front();
                 if !self.submit(
                     id,
                     pod,
@@ -401,23 +422,16 @@ impl Cluster {
                     &mut records,
                     &mut busy_until,
                 ) {
-                    in_flight -= 1;
-                    done += 1;
+                    flight.answered();
                 }
                 continue;
             }
             if arrival_at.is_some_and(|at| at <= now) {
                 let id = next_arrival;
                 next_arrival += 1;
-                if in_flight < self.config.client_cap {
+                if flight.in_flight < self.config.client_cap {
                     let spec = specs[id].as_ref().unwrap_or(default_strategy);
-                    match self.send(id, &arrivals[id], spec, now, &mut live, &mut records) {
-                        Some(p) => {
-                            in_flight += 1;
-                            pending.push_back(p);
-                        }
-                        None => done += 1,
-                    }
+                    flight.sent(self.send(id, &arrivals[id], spec, now, &mut live, &mut records));
                 } else {
                     deferred.push_back(id);
                 }
