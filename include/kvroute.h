@@ -59,6 +59,18 @@
 #define KVROUTE_ENGINE_PREFIX_HITS (1 << 2)
 
 /**
+ * `kvroute_engine_timing.known`: `prefill_seconds` and `prefills` are set (a pair: the sum and
+ * the count of one histogram).
+ */
+#define KVROUTE_ENGINE_TIMING_PREFILL (1 << 0)
+
+/**
+ * `kvroute_engine_timing.known`: `inter_token_seconds` and `inter_tokens` are set (a pair: the
+ * sum and the count of one histogram).
+ */
+#define KVROUTE_ENGINE_TIMING_INTER_TOKEN (1 << 1)
+
+/**
  * The result of every fallible `kvroute_` function. `KVROUTE_STATUS_OK` (0) is success; every
  * other value is an error, and no output parameter was written (except `*out_n` on
  * `KVROUTE_STATUS_INSUFFICIENT_SIZE`, which holds the buffer size needed).
@@ -407,8 +419,10 @@ typedef uint32_t kvroute_pod_id;
 
 /**
  * An engine's own view of its load, as scraped from its metrics (vLLM names below), passed to
- * `kvroute_router_observe_engine()`. `running` and `waiting` are always read; the other fields
- * only when their `KVROUTE_ENGINE_*` bit is set in `known`. The layout is frozen.
+ * `kvroute_router_observe_engine()` or `kvroute_router_observe_engine_timed()`. `running` and
+ * `waiting` are always read; the other fields only when their `KVROUTE_ENGINE_*` bit is set in
+ * `known`. The layout is frozen (the engine's timing counters come in a separate
+ * `kvroute_engine_timing`).
  */
 typedef struct kvroute_engine_snapshot {
   /**
@@ -436,6 +450,39 @@ typedef struct kvroute_engine_snapshot {
    */
   uint32_t known;
 } kvroute_engine_snapshot;
+
+/**
+ * An engine's cumulative timing counters, as scraped from its metrics (vLLM names below),
+ * passed beside a `kvroute_engine_snapshot` to `kvroute_router_observe_engine_timed()`. Each
+ * pair is read only when its `KVROUTE_ENGINE_TIMING_*` bit is set in `known`. The layout is
+ * frozen.
+ */
+typedef struct kvroute_engine_timing {
+  /**
+   * Seconds from scheduling to first token, summed over requests, cumulative
+   * (`vllm:request_prefill_time_seconds_sum`); finite and >= 0.
+   */
+  double prefill_seconds;
+  /**
+   * Seconds between consecutive output tokens, summed, cumulative
+   * (`vllm:inter_token_latency_seconds_sum`, or `vllm:time_per_output_token_seconds_sum` on
+   * older vLLM); finite and >= 0.
+   */
+  double inter_token_seconds;
+  /**
+   * Requests counted in `prefill_seconds`, cumulative
+   * (`vllm:request_prefill_time_seconds_count`).
+   */
+  uint64_t prefills;
+  /**
+   * Gaps counted in `inter_token_seconds`, cumulative (the same histogram's `_count`).
+   */
+  uint64_t inter_tokens;
+  /**
+   * Which pairs are set: an OR of `KVROUTE_ENGINE_TIMING_*` bits.
+   */
+  uint32_t known;
+} kvroute_engine_timing;
 
 /**
  * One pod as the router sees it, read by `kvroute_router_pod_info()`. The layout is frozen.
@@ -684,11 +731,32 @@ kvroute_status kvroute_router_complete_with_timings(struct kvroute_router *route
  * it grows old, adding engine load the router did not route. `snapshot` is borrowed for the
  * call only. Returns `KVROUTE_STATUS_UNKNOWN_POD`, `KVROUTE_STATUS_NULL_PARAMETER`, or
  * `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `known` or a `kv_usage` outside [0, 1].
+ * The same as `kvroute_router_observe_engine_timed()` with a NULL `timing`.
  */
 kvroute_status kvroute_router_observe_engine(struct kvroute_router *router,
                                              kvroute_pod_id pod,
                                              const struct kvroute_engine_snapshot *snapshot,
                                              uint64_t now_ms);
+
+/**
+ * `kvroute_router_observe_engine()` plus the engine's cumulative timing counters. Where the
+ * pod's completions come without first-token times (`kvroute_router_complete()`, or timings
+ * without `KVROUTE_TIMING_FIRST_TOKEN_MS`, as behind Envoy), the `least-ttft` model learns the
+ * pod's time per output token from the inter-token pair (one sample per at least 64 gaps
+ * between snapshots), and its prefill rate and overhead from the prefill pair together with
+ * the snapshot's `prefix_queries` and `prefix_hits` (prompt tokens computed per second of
+ * prefill, one sample per at least 4 prefills). A counter that went down (engine restart)
+ * starts a new window. `snapshot` and `timing` are borrowed for the call only; `timing` may be
+ * NULL (no timing counters, the same as `kvroute_router_observe_engine()`). Returns
+ * `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timing->known` or a set
+ * `prefill_seconds` or `inter_token_seconds` that is negative or not finite, otherwise the
+ * statuses of `kvroute_router_observe_engine()`.
+ */
+kvroute_status kvroute_router_observe_engine_timed(struct kvroute_router *router,
+                                                   kvroute_pod_id pod,
+                                                   const struct kvroute_engine_snapshot *snapshot,
+                                                   const struct kvroute_engine_timing *timing,
+                                                   uint64_t now_ms);
 
 /**
  * Sets the pod's engine capacity in concurrent sequences (vLLM `--max-num-seqs`) for the

@@ -48,6 +48,19 @@ type EngineSnapshot struct {
 	KVUsage       *float64 // vllm:kv_cache_usage_perc, in [0, 1]
 	PrefixQueries *uint64  // vllm:prefix_cache_queries_total
 	PrefixHits    *uint64  // vllm:prefix_cache_hits_total
+	// vllm:request_prefill_time_seconds, cumulative. With PrefixQueries and PrefixHits it
+	// teaches the pod's prefill rate and overhead where completions carry no first-token time.
+	Prefill *EngineHistogram
+	// vllm:inter_token_latency_seconds (or vllm:time_per_output_token_seconds), cumulative.
+	// It teaches the pod's time per output token where completions carry no first-token time.
+	InterToken *EngineHistogram
+}
+
+// EngineHistogram is a cumulative timing histogram of an engine: its _sum in seconds (finite,
+// not negative) and its _count.
+type EngineHistogram struct {
+	Seconds float64
+	Count   uint64
 }
 
 // ObserveEngine records the pod's engine state as scraped at nowMs, for the least-ttft model.
@@ -62,7 +75,16 @@ func (r *Router) ObserveEngine(pod PodID, s EngineSnapshot, nowMs uint64) error 
 	if s.PrefixHits != nil {
 		c.prefix_hits, c.known = C.uint64_t(*s.PrefixHits), c.known|C.KVROUTE_ENGINE_PREFIX_HITS
 	}
-	st := C.kvroute_router_observe_engine(r.ptr(), C.kvroute_pod_id(pod), &c, C.uint64_t(nowMs))
+	var t C.kvroute_engine_timing
+	if h := s.Prefill; h != nil {
+		t.prefill_seconds, t.prefills = C.double(h.Seconds), C.uint64_t(h.Count)
+		t.known |= C.KVROUTE_ENGINE_TIMING_PREFILL
+	}
+	if h := s.InterToken; h != nil {
+		t.inter_token_seconds, t.inter_tokens = C.double(h.Seconds), C.uint64_t(h.Count)
+		t.known |= C.KVROUTE_ENGINE_TIMING_INTER_TOKEN
+	}
+	st := C.kvroute_router_observe_engine_timed(r.ptr(), C.kvroute_pod_id(pod), &c, &t, C.uint64_t(nowMs))
 	runtime.KeepAlive(r)
 	return check(st)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -326,5 +327,90 @@ func TestLeastTTFTInputs(t *testing.T) {
 	}
 	if err := r.CompleteWithTimings(d.Ticket, Success, Timings{}, 4021); !errors.Is(err, StatusTicketNotOpen) {
 		t.Fatalf("double completion: %v", err)
+	}
+}
+
+// decisionField is the number after "key=" in the ticket's decision line.
+func decisionField(t *testing.T, r *Router, ticket uint64, key string) float64 {
+	t.Helper()
+	line, err := r.Explain(ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range strings.Fields(line) {
+		if v := strings.TrimPrefix(kv, key+"="); v != kv {
+			var f float64
+			if _, err := fmt.Sscan(v, &f); err != nil {
+				t.Fatalf("%s in %q: %v", key, line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no %s in %q", key, line)
+	return 0
+}
+
+// queueBehindOneRequest feeds a one-slot pod 30 engine snapshots (with the inter-token
+// counters at 10 ms a gap when timed) after a completion without a first-token time, and
+// returns the queue predicted for a request waiting behind a study prompt.
+func queueBehindOneRequest(t *testing.T, timed bool) float64 {
+	r := newTestRouter(t, Config{Seed: 5, Strategy: "least-ttft"}, 1)
+	defer r.Close()
+	pods, _ := r.Pods()
+	if err := r.SetPodCapacity(pods[0], 1); err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.Route("study", []byte("warm-up"), "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Complete(d.Ticket, Success, 500); err != nil {
+		t.Fatal(err)
+	}
+	for k := uint64(0); k < 30; k++ {
+		s := EngineSnapshot{}
+		if timed {
+			s.InterToken = &EngineHistogram{Seconds: float64(k), Count: k * 100}
+		}
+		if err := r.ObserveEngine(pods[0], s, 1000+k*1000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := r.Route("study", []byte(studyPrompt(1, 1)), "", 31000); err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := r.Route("study", []byte("next"), "", 31000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decisionField(t, r, waiting.Ticket, "pred_queue_ms")
+}
+
+func TestEngineTimingCounters(t *testing.T) {
+	r := newTestRouter(t, Config{Seed: 5, Strategy: "least-ttft"}, 1)
+	defer r.Close()
+	pods, _ := r.Pods()
+	ok := EngineSnapshot{
+		Prefill:    &EngineHistogram{Seconds: 2.5, Count: 8},
+		InterToken: &EngineHistogram{Seconds: 3.2, Count: 320},
+	}
+	if err := r.ObserveEngine(pods[0], ok, 10); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []EngineSnapshot{
+		{Prefill: &EngineHistogram{Seconds: -1, Count: 8}},
+		{InterToken: &EngineHistogram{Seconds: math.NaN(), Count: 8}},
+		{InterToken: &EngineHistogram{Seconds: math.Inf(1), Count: 8}},
+	} {
+		if err := r.ObserveEngine(pods[0], bad, 10); !errors.Is(err, StatusInvalidParameter) {
+			t.Fatalf("%+v %+v: %v", bad.Prefill, bad.InterToken, err)
+		}
+	}
+
+	// The counters reach the model: the request ahead decodes its 127 remaining tokens at the
+	// learned ~10 ms instead of the prior 50 ms.
+	prior, learned := queueBehindOneRequest(t, false), queueBehindOneRequest(t, true)
+	if saved := prior - learned; saved < 4900 || saved > 5200 {
+		t.Fatalf("queue %.0f ms with the inter-token counters, %.0f ms without", learned, prior)
 	}
 }

@@ -1,6 +1,8 @@
 //! What the router learns from: completion timings, engine metrics and pod capacity (the
 //! inputs of the `least-ttft` strategy's time-to-first-token model).
 
+use std::ptr;
+
 use kvroute_core::{Completion, EngineSnapshot, PodId, Ticket, Timestamp, Timings};
 
 use crate::router::{kvroute_pod_id, kvroute_router, kvroute_ticket};
@@ -89,8 +91,10 @@ pub const KVROUTE_ENGINE_PREFIX_HITS: u32 = 1 << 2;
 const ENGINE_ALL: u32 = (1 << 3) - 1;
 
 /// An engine's own view of its load, as scraped from its metrics (vLLM names below), passed to
-/// `kvroute_router_observe_engine()`. `running` and `waiting` are always read; the other fields
-/// only when their `KVROUTE_ENGINE_*` bit is set in `known`. The layout is frozen.
+/// `kvroute_router_observe_engine()` or `kvroute_router_observe_engine_timed()`. `running` and
+/// `waiting` are always read; the other fields only when their `KVROUTE_ENGINE_*` bit is set in
+/// `known`. The layout is frozen (the engine's timing counters come in a separate
+/// `kvroute_engine_timing`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct kvroute_engine_snapshot {
@@ -108,10 +112,85 @@ pub struct kvroute_engine_snapshot {
     pub known: u32,
 }
 
+impl kvroute_engine_snapshot {
+    fn to_core(self) -> Result<EngineSnapshot, kvroute_status> {
+        let has = |bit: u32| self.known & bit != 0;
+        if self.known & !ENGINE_ALL != 0
+            || (has(KVROUTE_ENGINE_KV_USAGE) && !(0.0..=1.0).contains(&self.kv_usage))
+        {
+            return Err(kvroute_status::InvalidParameter);
+        }
+        Ok(EngineSnapshot {
+            running: self.running,
+            waiting: self.waiting,
+            kv_usage: has(KVROUTE_ENGINE_KV_USAGE).then_some(self.kv_usage),
+            prefix_queries: has(KVROUTE_ENGINE_PREFIX_QUERIES).then_some(self.prefix_queries),
+            prefix_hits: has(KVROUTE_ENGINE_PREFIX_HITS).then_some(self.prefix_hits),
+            // From `kvroute_engine_timing`, when given (see `with_timing`).
+            ..EngineSnapshot::default()
+        })
+    }
+}
+
+/// `kvroute_engine_timing.known`: `prefill_seconds` and `prefills` are set (a pair: the sum and
+/// the count of one histogram).
+pub const KVROUTE_ENGINE_TIMING_PREFILL: u32 = 1 << 0;
+/// `kvroute_engine_timing.known`: `inter_token_seconds` and `inter_tokens` are set (a pair: the
+/// sum and the count of one histogram).
+pub const KVROUTE_ENGINE_TIMING_INTER_TOKEN: u32 = 1 << 1;
+const ENGINE_TIMING_ALL: u32 = (1 << 2) - 1;
+
+/// An engine's cumulative timing counters, as scraped from its metrics (vLLM names below),
+/// passed beside a `kvroute_engine_snapshot` to `kvroute_router_observe_engine_timed()`. Each
+/// pair is read only when its `KVROUTE_ENGINE_TIMING_*` bit is set in `known`. The layout is
+/// frozen.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct kvroute_engine_timing {
+    /// Seconds from scheduling to first token, summed over requests, cumulative
+    /// (`vllm:request_prefill_time_seconds_sum`); finite and >= 0.
+    pub prefill_seconds: f64,
+    /// Seconds between consecutive output tokens, summed, cumulative
+    /// (`vllm:inter_token_latency_seconds_sum`, or `vllm:time_per_output_token_seconds_sum` on
+    /// older vLLM); finite and >= 0.
+    pub inter_token_seconds: f64,
+    /// Requests counted in `prefill_seconds`, cumulative
+    /// (`vllm:request_prefill_time_seconds_count`).
+    pub prefills: u64,
+    /// Gaps counted in `inter_token_seconds`, cumulative (the same histogram's `_count`).
+    pub inter_tokens: u64,
+    /// Which pairs are set: an OR of `KVROUTE_ENGINE_TIMING_*` bits.
+    pub known: u32,
+}
+
+impl kvroute_engine_timing {
+    /// `snapshot` with this struct's counters added.
+    fn with_timing(self, snapshot: EngineSnapshot) -> Result<EngineSnapshot, kvroute_status> {
+        let has = |bit: u32| self.known & bit != 0;
+        let seconds_ok = |s: f64| s.is_finite() && s >= 0.0;
+        if self.known & !ENGINE_TIMING_ALL != 0
+            || (has(KVROUTE_ENGINE_TIMING_PREFILL) && !seconds_ok(self.prefill_seconds))
+            || (has(KVROUTE_ENGINE_TIMING_INTER_TOKEN) && !seconds_ok(self.inter_token_seconds))
+        {
+            return Err(kvroute_status::InvalidParameter);
+        }
+        let prefill = has(KVROUTE_ENGINE_TIMING_PREFILL);
+        let inter_token = has(KVROUTE_ENGINE_TIMING_INTER_TOKEN);
+        Ok(EngineSnapshot {
+            prefill_seconds: prefill.then_some(self.prefill_seconds),
+            prefills: prefill.then_some(self.prefills),
+            inter_token_seconds: inter_token.then_some(self.inter_token_seconds),
+            inter_tokens: inter_token.then_some(self.inter_tokens),
+            ..snapshot
+        })
+    }
+}
+
 /// Records the pod's engine state as scraped at `now_ms`. The `least-ttft` model uses it until
 /// it grows old, adding engine load the router did not route. `snapshot` is borrowed for the
 /// call only. Returns `KVROUTE_STATUS_UNKNOWN_POD`, `KVROUTE_STATUS_NULL_PARAMETER`, or
 /// `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `known` or a `kv_usage` outside [0, 1].
+/// The same as `kvroute_router_observe_engine_timed()` with a NULL `timing`.
 #[no_mangle]
 pub extern "C" fn kvroute_router_observe_engine(
     router: *mut kvroute_router,
@@ -120,23 +199,39 @@ pub extern "C" fn kvroute_router_observe_engine(
     now_ms: u64,
 ) -> kvroute_status {
     ffi_panic_boundary! {
+        kvroute_router_observe_engine_timed(router, pod, snapshot, ptr::null(), now_ms)
+    }
+}
+
+/// `kvroute_router_observe_engine()` plus the engine's cumulative timing counters. Where the
+/// pod's completions come without first-token times (`kvroute_router_complete()`, or timings
+/// without `KVROUTE_TIMING_FIRST_TOKEN_MS`, as behind Envoy), the `least-ttft` model learns the
+/// pod's time per output token from the inter-token pair (one sample per at least 64 gaps
+/// between snapshots), and its prefill rate and overhead from the prefill pair together with
+/// the snapshot's `prefix_queries` and `prefix_hits` (prompt tokens computed per second of
+/// prefill, one sample per at least 4 prefills). A counter that went down (engine restart)
+/// starts a new window. `snapshot` and `timing` are borrowed for the call only; `timing` may be
+/// NULL (no timing counters, the same as `kvroute_router_observe_engine()`). Returns
+/// `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timing->known` or a set
+/// `prefill_seconds` or `inter_token_seconds` that is negative or not finite, otherwise the
+/// statuses of `kvroute_router_observe_engine()`.
+#[no_mangle]
+pub extern "C" fn kvroute_router_observe_engine_timed(
+    router: *mut kvroute_router,
+    pod: kvroute_pod_id,
+    snapshot: *const kvroute_engine_snapshot,
+    timing: *const kvroute_engine_timing,
+    now_ms: u64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
         let r = try_ref!(router);
         let Some(s) = opt_plain_ref!(snapshot) else {
             return kvroute_status::NullParameter;
         };
-        let has = |bit: u32| s.known & bit != 0;
-        if s.known & !ENGINE_ALL != 0 || (has(KVROUTE_ENGINE_KV_USAGE) && !(0.0..=1.0).contains(&s.kv_usage)) {
-            return kvroute_status::InvalidParameter;
+        let mut snapshot = try_status!(s.to_core());
+        if let Some(t) = opt_plain_ref!(timing) {
+            snapshot = try_status!(t.with_timing(snapshot));
         }
-        let snapshot = EngineSnapshot {
-            running: s.running,
-            waiting: s.waiting,
-            kv_usage: has(KVROUTE_ENGINE_KV_USAGE).then_some(s.kv_usage),
-            prefix_queries: has(KVROUTE_ENGINE_PREFIX_QUERIES).then_some(s.prefix_queries),
-            prefix_hits: has(KVROUTE_ENGINE_PREFIX_HITS).then_some(s.prefix_hits),
-            // Not in the C struct yet (its layout is part of the ABI).
-            ..EngineSnapshot::default()
-        };
         let mut locked = try_status!(r.lock());
         try_status!(locked.router.observe_engine(PodId::from_u32(pod), snapshot, Timestamp::from_millis(now_ms)));
         kvroute_status::Ok

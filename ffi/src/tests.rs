@@ -246,3 +246,171 @@ fn build_consumes_the_builder_and_rejects_nulls() {
     kvroute_config_free(ptr::null());
     kvroute_router_free(ptr::null_mut());
 }
+
+#[test]
+fn observe_engine_timed_validates_the_timing_struct() {
+    let r = new_router("least-ttft");
+    let a = add(r, "a", "10.0.0.1:80");
+    let snap = kvroute_engine_snapshot::default();
+    let good = kvroute_engine_timing {
+        prefill_seconds: 1.5,
+        prefills: 3,
+        inter_token_seconds: 0.0,
+        inter_tokens: 0,
+        known: KVROUTE_ENGINE_TIMING_PREFILL | KVROUTE_ENGINE_TIMING_INTER_TOKEN,
+    };
+    let observe = |pod, s: *const _, t: *const _| {
+        status(kvroute_router_observe_engine_timed(r, pod, s, t, 10))
+    };
+    assert_eq!(observe(a, &snap, &good), "KVROUTE_STATUS_OK");
+    assert_eq!(observe(a, &snap, ptr::null()), "KVROUTE_STATUS_OK");
+    assert_eq!(
+        status(kvroute_router_observe_engine_timed(
+            ptr::null_mut(),
+            a,
+            &snap,
+            &good,
+            10
+        )),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    assert_eq!(
+        observe(a, ptr::null(), &good),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    assert_eq!(observe(4321, &snap, &good), "KVROUTE_STATUS_UNKNOWN_POD");
+    let bad_snapshot = kvroute_engine_snapshot {
+        known: 1 << 3,
+        ..snap
+    };
+    assert_eq!(
+        observe(a, &bad_snapshot, &good),
+        "KVROUTE_STATUS_INVALID_PARAMETER"
+    );
+    let invalid = [
+        kvroute_engine_timing {
+            known: 1 << 2,
+            ..good
+        },
+        kvroute_engine_timing {
+            known: u32::MAX,
+            ..good
+        },
+        kvroute_engine_timing {
+            prefill_seconds: -0.5,
+            ..good
+        },
+        kvroute_engine_timing {
+            prefill_seconds: f64::NAN,
+            ..good
+        },
+        kvroute_engine_timing {
+            inter_token_seconds: f64::INFINITY,
+            ..good
+        },
+        kvroute_engine_timing {
+            inter_token_seconds: -1e-9,
+            ..good
+        },
+    ];
+    for t in invalid {
+        assert_eq!(
+            observe(a, &snap, &t),
+            "KVROUTE_STATUS_INVALID_PARAMETER",
+            "{t:?}"
+        );
+    }
+    // Seconds whose bit is not set are not read.
+    let unread = kvroute_engine_timing {
+        prefill_seconds: f64::NAN,
+        inter_token_seconds: -1.0,
+        known: 0,
+        ..good
+    };
+    assert_eq!(observe(a, &snap, &unread), "KVROUTE_STATUS_OK");
+    kvroute_router_free(r);
+}
+
+/// The decision line's `key=` value, as a number.
+fn decision_field(r: *mut kvroute_router, ticket: kvroute_ticket, key: &str) -> f64 {
+    let mut buf = vec![0u8; 1024];
+    let mut n = 0;
+    assert_eq!(
+        kvroute_router_explain(r, ticket, buf.as_mut_ptr(), buf.len(), &mut n),
+        kvroute_status::Ok
+    );
+    let line = std::str::from_utf8(&buf[..n]).unwrap();
+    let prefix = format!("{key}=");
+    let value = line
+        .split(' ')
+        .find_map(|kv| kv.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no {key} in {line}"));
+    value.parse().unwrap()
+}
+
+/// A router with one pod of capacity 1 gets engine snapshots, with the engine's timing
+/// counters (prefill 40,000 tokens/s, TPOT 10 ms; the priors are 3,000 tokens/s and 50 ms)
+/// when `timed` and without them (a NULL `timing`) otherwise, all else equal. Returns
+/// `(ttft, queue)` predicted for a 2,000-token request on the idle pod and for the request that
+/// waits for its slot.
+fn predictions_after_engine_counters(timed: bool) -> (f64, f64) {
+    let r = new_router("least-ttft");
+    let a = add(r, "a", "10.0.0.1:80");
+    assert_eq!(kvroute_router_set_pod_capacity(r, a, 1), kvroute_status::Ok);
+    // A completion without a first-token time (as behind Envoy) makes the engine counters the
+    // source of the pod's rates. Its prompt token count keeps the engine's prefix-cache
+    // counters from teaching bytes per token (the same in both routers anyway).
+    let d = route(r, "warm-up ".repeat(1_000).as_bytes(), 1).unwrap();
+    let t = kvroute_timings {
+        prompt_tokens: 2_000,
+        known: KVROUTE_TIMING_PROMPT_TOKENS,
+        ..Default::default()
+    };
+    assert_eq!(
+        kvroute_router_complete_with_timings(r, d.ticket, 0, &t, 500),
+        kvroute_status::Ok
+    );
+    // Every second: 4 prefills of 10,000 computed tokens in 1 s in all, 100 gaps of 10 ms.
+    for k in 0..30u64 {
+        let now = 1_000 + k * 1_000;
+        let snapshot = kvroute_engine_snapshot {
+            prefix_queries: k * 40_000,
+            prefix_hits: 0,
+            known: KVROUTE_ENGINE_PREFIX_QUERIES | KVROUTE_ENGINE_PREFIX_HITS,
+            ..Default::default()
+        };
+        let timing = kvroute_engine_timing {
+            prefill_seconds: k as f64,
+            prefills: k * 4,
+            inter_token_seconds: k as f64,
+            inter_tokens: k * 100,
+            known: KVROUTE_ENGINE_TIMING_PREFILL | KVROUTE_ENGINE_TIMING_INTER_TOKEN,
+        };
+        let timing: *const kvroute_engine_timing = if timed { &timing } else { ptr::null() };
+        assert_eq!(
+            kvroute_router_observe_engine_timed(r, a, &snapshot, timing, now),
+            kvroute_status::Ok
+        );
+    }
+    let prompt = "x".repeat(8_000); // 2,000 tokens at the prior 4 bytes per token
+    let first = route(r, prompt.as_bytes(), 31_000).unwrap();
+    let second = route(r, b"next", 31_000).unwrap();
+    let ttft = decision_field(r, first.ticket, "pred_ttft_ms");
+    assert_eq!(decision_field(r, first.ticket, "pred_queue_ms"), 0.0);
+    let queue = decision_field(r, second.ticket, "pred_queue_ms");
+    kvroute_router_free(r);
+    (ttft, queue)
+}
+
+#[test]
+fn engine_timing_counters_teach_the_least_ttft_model() {
+    let (ttft, queue) = predictions_after_engine_counters(true);
+    let (prior_ttft, prior_queue) = predictions_after_engine_counters(false);
+    // Priors: 50 ms overhead + 2,000 tokens at 3,000 tokens/s (667 ms); the waiting request
+    // starts when the first one ends, 667 ms of prefill and 127 tokens of 50 ms after issue.
+    assert!((700.0..=730.0).contains(&prior_ttft), "{prior_ttft}");
+    assert!((6_950.0..=7_100.0).contains(&prior_queue), "{prior_queue}");
+    // Learned: 2,000 tokens at ~40,000 tokens/s (50 ms); 127 tokens of ~10 ms.
+    assert!((90.0..=120.0).contains(&ttft), "{ttft}");
+    assert!((1_280.0..=1_400.0).contains(&queue), "{queue}");
+}

@@ -3,10 +3,15 @@
  *
  * Usage: test_api VECTORS_JSON   (tests/vectors/prefix_hash_v1.json) */
 #include <inttypes.h>
+#include <math.h>
 
 #include "common.h"
 
 #define S(str) (const uint8_t *)(str), strlen(str)
+
+/* Input struct layouts are frozen (no padding before `known`). */
+_Static_assert(sizeof(kvroute_engine_timing) == 40 && offsetof(kvroute_engine_timing, known) == 32,
+               "kvroute_engine_timing layout");
 
 static kvroute_router *new_router(uint64_t seed, const char *strategy) {
   kvroute_config_builder *b = kvroute_config_builder_new();
@@ -206,6 +211,31 @@ static void test_router_statuses(void) {
   CHECK_STATUS(kvroute_router_observe_engine(r, 4321, &e, 15), KVROUTE_STATUS_UNKNOWN_POD);
   e.kv_usage = 1.5;
   CHECK_STATUS(kvroute_router_observe_engine(r, a, &e, 15), KVROUTE_STATUS_INVALID_PARAMETER);
+  /* The engine's timing counters beside the snapshot: NULL is the plain call; unknown bits and
+   * negative or non-finite seconds are rejected only when their pair is flagged. */
+  e.kv_usage = 0.5;
+  CHECK_STATUS(kvroute_router_observe_engine_timed(r, a, &e, NULL, 16), KVROUTE_STATUS_OK);
+  kvroute_engine_timing et = {.prefill_seconds = 2.5,
+                              .prefills = 8,
+                              .inter_token_seconds = 3.2,
+                              .inter_tokens = 320,
+                              .known = KVROUTE_ENGINE_TIMING_PREFILL | KVROUTE_ENGINE_TIMING_INTER_TOKEN};
+  CHECK_STATUS(kvroute_router_observe_engine_timed(r, a, &e, &et, 16), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_observe_engine_timed(NULL, a, &e, &et, 16), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_observe_engine_timed(r, a, NULL, &et, 16), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_observe_engine_timed(r, 4321, &e, &et, 16), KVROUTE_STATUS_UNKNOWN_POD);
+  et.known = 1u << 2;
+  CHECK_STATUS(kvroute_router_observe_engine_timed(r, a, &e, &et, 16), KVROUTE_STATUS_INVALID_PARAMETER);
+  et.known = KVROUTE_ENGINE_TIMING_PREFILL;
+  et.prefill_seconds = -1.0;
+  CHECK_STATUS(kvroute_router_observe_engine_timed(r, a, &e, &et, 16), KVROUTE_STATUS_INVALID_PARAMETER);
+  et.known = KVROUTE_ENGINE_TIMING_INTER_TOKEN; /* the negative prefill_seconds is not read */
+  CHECK_STATUS(kvroute_router_observe_engine_timed(r, a, &e, &et, 16), KVROUTE_STATUS_OK);
+  et.inter_token_seconds = INFINITY;
+  CHECK_STATUS(kvroute_router_observe_engine_timed(r, a, &e, &et, 16), KVROUTE_STATUS_INVALID_PARAMETER);
+  et.known = 0;
+  e.known = 1u << 7; /* the snapshot is validated as by kvroute_router_observe_engine() */
+  CHECK_STATUS(kvroute_router_observe_engine_timed(r, a, &e, &et, 16), KVROUTE_STATUS_INVALID_PARAMETER);
   CHECK_STATUS(kvroute_router_set_pod_capacity(r, a, 32), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_router_set_pod_capacity(r, 4321, 32), KVROUTE_STATUS_UNKNOWN_POD);
 
