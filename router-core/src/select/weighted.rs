@@ -1,9 +1,9 @@
 //! Weighted multi-strategy specs such as `prefix-cache:2,least-request` (spec §2.4).
 //!
 //! Each strategy scores every candidate: prefix-cache by match % (higher is better),
-//! least-request by in-flight count and least-ttft by predicted TTFT (lower is better), and
-//! random by a uniform draw (kvroute's
-//! choice: AIBrix does not document a score for random). Scores are min-max normalised to
+//! least-request by in-flight count and least-ttft by its cost (predicted TTFT plus the stall
+//! charge; lower is better), and random by a uniform draw (kvroute's choice: AIBrix does not
+//! document a score for random). Scores are min-max normalised to
 //! `[0, 1]` (all equal → 1), combined as `Σ norm × weight / Σ weight`, and the highest total
 //! wins with a 1e-9 tolerance; ties go to the first candidate in a shuffled order. As in AIBrix
 //! there is no imbalance guard in this mode.
@@ -17,7 +17,7 @@ pub(crate) fn weighted(
     cands: &[Candidate],
     spec: &StrategySpec,
     total_blocks: u32,
-    ttft_ms: &[f64],
+    cost_ms: &[f64],
     rng: &mut fastrand::Rng,
     totals: &mut Vec<f64>,
     order: &mut Vec<usize>,
@@ -34,7 +34,7 @@ pub(crate) fn weighted(
                 .collect(),
             Strategy::LeastRequest => cands.iter().map(|c| f64::from(c.load)).collect(),
             Strategy::Random => cands.iter().map(|_| rng.f64()).collect(),
-            Strategy::LeastTtft => ttft_ms.to_vec(),
+            Strategy::LeastTtft => cost_ms.to_vec(),
         };
         let higher_is_better = matches!(strategy, Strategy::PrefixCache | Strategy::Random);
         let min = scores.iter().copied().fold(f64::INFINITY, f64::min);
