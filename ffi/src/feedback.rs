@@ -198,9 +198,8 @@ pub extern "C" fn kvroute_router_observe_engine(
     snapshot: *const kvroute_engine_snapshot,
     now_ms: u64,
 ) -> kvroute_status {
-    ffi_panic_boundary! {
-        kvroute_router_observe_engine_timed(router, pod, snapshot, ptr::null(), now_ms)
-    }
+    // The timed call has its own panic boundary.
+    kvroute_router_observe_engine_timed(router, pod, snapshot, ptr::null(), now_ms)
 }
 
 /// `kvroute_router_observe_engine()` plus the engine's cumulative timing counters. Where the
