@@ -359,11 +359,13 @@ fn predictions_after_engine_counters(timed: bool) -> (f64, f64) {
     assert_eq!(kvroute_router_set_pod_capacity(r, a, 1), kvroute_status::Ok);
     // A completion without a first-token time (as behind Envoy) makes the engine counters the
     // source of the pod's rates. Its prompt token count keeps the engine's prefix-cache
-    // counters from teaching bytes per token (the same in both routers anyway).
+    // counters from teaching bytes per token (the same in both routers anyway), and its cached
+    // tokens (none) tell the model the pod holds nothing the index does not know.
     let d = route(r, "warm-up ".repeat(1_000).as_bytes(), 1).unwrap();
     let t = kvroute_timings {
         prompt_tokens: 2_000,
-        known: KVROUTE_TIMING_PROMPT_TOKENS,
+        cached_tokens: 0,
+        known: KVROUTE_TIMING_PROMPT_TOKENS | KVROUTE_TIMING_CACHED_TOKENS,
         ..Default::default()
     };
     assert_eq!(

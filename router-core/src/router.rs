@@ -9,7 +9,7 @@ use crate::registry::{PodInfo, PodSpec, Registry, RegistryError};
 use crate::select::{self, Candidate, PrefixCacheParams};
 use crate::stats::{match_bucket, ModelStats, RouterStats};
 use crate::strategy::{Strategy, StrategySpec};
-use crate::tickets::{Completion, Outcome, Released, TicketError, TicketTable};
+use crate::tickets::{Completion, Outcome, Released, TicketError, TicketTable, Timings};
 use crate::time::Timestamp;
 use crate::ttft::{self, EngineSnapshot, Estimate, GlobalModel, Job, TicketContext};
 
@@ -532,13 +532,22 @@ impl Router {
             queue_ms: est.queue_ms,
             uncached_tokens: est.uncached_tokens,
             indexed_tokens: est.indexed_tokens,
+            first_token_seen: false,
         };
         let ticket = self.tickets.issue(chosen.pod, model, now, context);
         let pod = &mut self.registry.pods[chosen.pod.index()];
         pod.in_flight += 1;
         pod.routed += 1;
         let job = size.job(&chosen);
-        ttft::commit(&mut pod.model, ticket, &est, &job, size.prompt_bytes, now);
+        ttft::commit(
+            &mut pod.model,
+            ticket,
+            &est,
+            &job,
+            size.prompt_bytes,
+            now,
+            &self.config.ttft,
+        );
         let prediction = Prediction {
             ttft_ms: est.ttft_ms.round() as u32,
             queue_ms: est.queue_ms.round() as u32,
@@ -598,6 +607,40 @@ impl Router {
             }
         }
         Ok(self.release(ticket, open.pod, open.model, open.issued, now))
+    }
+
+    /// Reports the first token of an open request, as soon as the shell sees it (streaming
+    /// proxies see it long before the completion). Only `first_token_ms`, `prompt_tokens` and
+    /// `cached_tokens` of `timings` are read; they teach least-ttft's prompt-side rates (prefill
+    /// rate or overhead, bytes per token, `trust`/`extra`) a whole decode earlier than the
+    /// completion would, and the completion then does not learn them again. Optional: a shell
+    /// that never calls it loses nothing but that head start. Nothing is released; an unknown
+    /// or closed ticket is an error and changes nothing, and a second report for the same
+    /// ticket is ignored.
+    pub fn first_token(
+        &mut self,
+        ticket: Ticket,
+        timings: Timings,
+        now: Timestamp,
+    ) -> Result<(), TicketError> {
+        let now = self.clock(now);
+        let open = self.tickets.get_mut(ticket)?;
+        if open.context.first_token_seen {
+            return Ok(());
+        }
+        open.context.first_token_seen = true;
+        let (pod, context) = (open.pod, open.context);
+        if let Ok(p) = self.registry.pod_mut(pod) {
+            p.model.first_token(ticket, now);
+            ttft::learn_first_token(
+                &mut p.model,
+                &mut self.global,
+                &self.config.ttft,
+                &context,
+                &timings,
+            );
+        }
+        Ok(())
     }
 
     fn release(

@@ -165,14 +165,28 @@ impl TicketTable {
     pub(crate) fn take(&mut self, ticket: Ticket) -> Result<OpenTicket, TicketError> {
         match self.open.remove(&ticket.0) {
             Some(t) => Ok(t),
-            None => {
-                self.stats.rejected += 1;
-                Err(if ticket.0 >= self.next {
-                    TicketError::NeverIssued(ticket)
-                } else {
-                    TicketError::NotOpen(ticket)
-                })
-            }
+            None => Err(self.reject(ticket)),
+        }
+    }
+
+    /// The open ticket, to update its context; errors as [`TicketTable::take`] (counted as a
+    /// rejection).
+    pub(crate) fn get_mut(&mut self, ticket: Ticket) -> Result<&mut OpenTicket, TicketError> {
+        if !self.open.contains_key(&ticket.0) {
+            return Err(self.reject(ticket));
+        }
+        self.open
+            .get_mut(&ticket.0)
+            .ok_or(TicketError::NotOpen(ticket))
+    }
+
+    /// Counts a report for a ticket that is not open and says why.
+    fn reject(&mut self, ticket: Ticket) -> TicketError {
+        self.stats.rejected += 1;
+        if ticket.0 >= self.next {
+            TicketError::NeverIssued(ticket)
+        } else {
+            TicketError::NotOpen(ticket)
         }
     }
 

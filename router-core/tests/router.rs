@@ -545,6 +545,70 @@ fn least_ttft_learns_from_completion_timings() {
     assert!(worst_seen > 0);
 }
 
+/// A first token reported while the request is still decoding teaches the prefill rate at once
+/// (a decode before its completion would), the completion does not learn it a second time,
+/// and reports for unknown or closed tickets are typed errors that change nothing.
+#[test]
+fn first_tokens_teach_before_the_completion_and_only_once() {
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let fresh = |i: u8| {
+        let mut p = vec![b'a'; 28_000];
+        p[0] = i; // a fresh prefix every time: no index hits
+        p
+    };
+    let route = |r: &mut Router, i: u8, at: u64| {
+        let h = r.hash_config().hashes(&fresh(i));
+        r.route(RouteRequest::new(MODEL, &h), t(at)).unwrap()
+    };
+    // The engine reused nothing and prefills at 1,000 tokens/s (the prior says 3,000).
+    let first = |d: &kvroute_core::Decision| kvroute_core::Timings {
+        first_token_ms: Some(50 + u64::from(d.prediction.prompt_tokens)),
+        prompt_tokens: Some(d.prediction.prompt_tokens),
+        cached_tokens: Some(0),
+        ..Default::default()
+    };
+    let d0 = route(&mut r, 0, 0);
+    let prior = d0.prediction.ttft_ms;
+    r.first_token(d0.ticket, first(&d0), t(5_050)).unwrap();
+    // A second report for the same ticket is ignored.
+    r.first_token(d0.ticket, first(&d0), t(5_060)).unwrap();
+    let d1 = route(&mut r, 1, 6_000);
+    let taught = d1.prediction.ttft_ms;
+    assert!(
+        taught > prior + 1_000,
+        "one first token slowed the predicted prefill: {prior} -> {taught} ms"
+    );
+    // The completion carries the same first token; it is not learned again.
+    let done = Completion {
+        outcome: Outcome::Success,
+        timings: kvroute_core::Timings {
+            total_ms: Some(12_000),
+            output_tokens: Some(128),
+            ..first(&d0)
+        },
+    };
+    r.complete(d0.ticket, done, t(12_000)).unwrap();
+    r.complete(d1.ticket, Completion::new(Outcome::Cancelled), t(12_001))
+        .unwrap();
+    let d2 = route(&mut r, 2, 13_000);
+    assert_eq!(d2.pod, pods[0]);
+    assert_eq!(
+        d2.prediction.ttft_ms, taught,
+        "the completion taught the prefill rate nothing new"
+    );
+    // Unknown and closed tickets are errors.
+    let unknown = kvroute_core::Ticket::from_u64(999);
+    assert_eq!(
+        r.first_token(unknown, first(&d2), t(13_001)),
+        Err(TicketError::NeverIssued(unknown))
+    );
+    assert_eq!(
+        r.first_token(d0.ticket, first(&d0), t(13_002)),
+        Err(TicketError::NotOpen(d0.ticket))
+    );
+    r.check_invariants().unwrap();
+}
+
 #[test]
 fn engine_snapshots_show_load_from_other_routers_until_stale() {
     let (mut r, pods) = router_with_pods(2, ttft_config());

@@ -102,6 +102,10 @@ struct StudyArgs {
     /// The per-pod capacity told to the router (default: --max-num-seqs); least-ttft uses it.
     #[arg(long)]
     router_max_seqs: Option<u32>,
+    /// Multiply every rate and size prior of least-ttft's TTFT model (bytes per token, prefill
+    /// rate, TPOT, overhead, output tokens) by this factor, to see how the learning recovers.
+    #[arg(long, default_value_t = 1.0)]
+    prior_scale: f64,
     /// Replicas (pods A, B, C, ...); the study had 2.
     #[arg(long, default_value_t = 2)]
     replicas: usize,
@@ -379,12 +383,17 @@ fn study_cmd(a: StudyArgs) -> ExitCode {
         arrivals,
         observe_engines: !a.no_engine_snapshots,
         router_max_seqs: a.router_max_seqs,
+        ttft_priors: crate::study::scaled_priors(a.prior_scale),
         replicas: a.replicas,
         rate: a.rate,
         ..Default::default()
     };
     if a.replicas == 0 || a.replicas > 4096 {
         eprintln!("error: --replicas must be between 1 and 4096");
+        return ExitCode::from(2);
+    }
+    if !(a.prior_scale.is_finite() && a.prior_scale > 0.0) {
+        eprintln!("error: --prior-scale must be a positive number");
         return ExitCode::from(2);
     }
     if !(a.rate.is_finite() && a.rate > 0.0) {

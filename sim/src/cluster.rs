@@ -391,7 +391,18 @@ impl Cluster {
                 for ev in &events {
                     let id = ev.id as usize;
                     let l = &mut live[id];
-                    l.first_us.get_or_insert(t);
+                    if l.first_us.is_none() {
+                        l.first_us = Some(t);
+                        if let Some(ticket) = l.ticket {
+                            let first = Timings {
+                                first_token_ms: Some((t - l.sent_us) / 1000),
+                                prompt_tokens: Some(ev.prompt_tokens),
+                                cached_tokens: Some(ev.cached_tokens),
+                                ..Timings::default()
+                            };
+                            let _ = self.router.first_token(ticket, first, ts(t));
+                        }
+                    }
                     l.last_us = Some(t);
                     l.generated = ev.generated;
                     l.cached = ev.cached_tokens;

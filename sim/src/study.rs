@@ -89,6 +89,21 @@ impl Default for StudyConfig {
     }
 }
 
+/// The TTFT model's default priors with every rate and size prior (bytes per token, prefill
+/// rate, TPOT, overhead, output tokens) multiplied by `factor`: the "every prior off by ±50%"
+/// experiments. Other parameters keep their defaults.
+pub fn scaled_priors(factor: f64) -> TtftConfig {
+    let d = TtftConfig::default();
+    TtftConfig {
+        bytes_per_token: d.bytes_per_token * factor,
+        prefill_tokens_per_s: d.prefill_tokens_per_s * factor,
+        tpot_ms: d.tpot_ms * factor,
+        overhead_ms: d.overhead_ms * factor,
+        output_tokens: d.output_tokens * factor,
+        ..d
+    }
+}
+
 /// Pod names for `n` replicas: A, B, ..., Z, A1, B1, ...
 pub fn pod_names(n: usize) -> Vec<String> {
     (0..n)

@@ -387,10 +387,7 @@ mod tests {
         assert_eq!(pod.observe(snap(5_000, 2), t(1), &c), None);
         // Scheduled: 56,000 bytes for 10,000 tokens.
         assert_eq!(pod.observe(snap(10_000, 0), t(2), &c), Some(5.6));
-        assert!(
-            (pod.trust.get() - 0.8).abs() < 1e-9,
-            "one window moves trust by the rate"
-        );
+        assert_eq!(pod.trust.get(), 0.0, "the first window replaces the prior");
         assert_eq!(pod.extra.get(), 0.0);
         // Too few tokens since: no sample yet.
         pod.routed.prompt_bytes += 4_000.0;

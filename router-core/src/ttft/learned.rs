@@ -28,17 +28,20 @@ impl Ewma {
     }
 }
 
-/// A learned fraction in [0, 1]: a plain EWMA of samples clamped to [0, 1], so one sample
-/// moves it by at most the learning rate.
+/// A learned fraction in [0, 1]: an average of samples clamped to [0, 1], the `n`-th weighing
+/// `max(1/n, learning rate)`. The first sample replaces the prior (a fraction is measured, not
+/// guessed, by one request), and from the `1/learning rate`-th on it is an EWMA.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Fraction {
     value: f64,
+    samples: u32,
 }
 
 impl Fraction {
     pub(crate) fn new(prior: f64) -> Self {
         Fraction {
             value: prior.clamp(0.0, 1.0),
+            samples: 0,
         }
     }
 
@@ -46,9 +49,16 @@ impl Fraction {
         self.value
     }
 
+    /// Whether any sample has been learned.
+    pub(crate) fn sampled(self) -> bool {
+        self.samples > 0
+    }
+
     pub(crate) fn learn(&mut self, sample: f64, cfg: &TtftConfig) {
         if sample.is_finite() {
-            self.value += cfg.learning_rate * (sample.clamp(0.0, 1.0) - self.value);
+            self.samples = self.samples.saturating_add(1);
+            let w = cfg.learning_rate.max(1.0 / f64::from(self.samples));
+            self.value += w * (sample.clamp(0.0, 1.0) - self.value);
         }
     }
 }

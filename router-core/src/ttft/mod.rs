@@ -17,12 +17,22 @@
 //!   count, because an engine can only reuse whole KV blocks.
 //! - Every routed request (whatever strategy routed it) records its predicted prefill end and
 //!   `end` on its pod until it completes, so slot and prefill waits see all traffic and vanish
-//!   with it; a request past its predicted end is assumed to need 40% of a typical decode more.
-//! - The index is not the engine's cache. Completions that report `cached_tokens` teach two
-//!   per-pod fractions: `trust_p`, the share of index-predicted tokens the engine really reused
-//!   (prior 1; below 1 when the engine evicts), and `extra_p`, the share of the rest it reused
-//!   anyway (prior 0; above 0 when the engine holds prefixes the index never saw: warm engines,
-//!   other routers). Each moves by at most `learning_rate` per sample.
+//!   with it. Once its first token is reported ([`crate::Router::first_token`]) its prefill is
+//!   known to be over and its `end` counts from the first token. A request past its predicted
+//!   end is assumed to need 40% of a typical decode more, or as long again as it has already
+//!   overrun, whichever is longer (a request running long is likely to run longer still; this
+//!   also corrects decodes predicted far too short before the first completion has taught
+//!   anything).
+//! - The index is not the engine's cache. Completions (or first tokens) that report
+//!   `cached_tokens` teach two per-pod fractions: `trust_p`, the share of index-predicted
+//!   tokens the engine really reused (prior 1; below 1 when the engine evicts), and `extra_p`,
+//!   the share of the rest it reused anyway (above 0 when the engine holds prefixes the index
+//!   never saw: warm engines, other routers). The first sample replaces the prior and the
+//!   `n`-th weighs `max(1/n, learning_rate)`. Until a pod's first sample, its `extra_p` is
+//!   taken as 0.5: as likely warm as not. (Assumed 0, a warm pod behind an index that never
+//!   saw it would never be tried, so never learned; assumed 0.5, the first request without an
+//!   index match that lands there settles it. Where a pod is really cold that costs one
+//!   prefill predicted too short, early in a phase.)
 //! - `least-ttft` ranks pods by `ttft + stall`, not by `ttft` alone (the prediction it reports
 //!   is `ttft`). `stall` prices what this request's prefill costs the requests already on `p`:
 //!   while an engine prefills, its running decodes make no progress (a vLLM step that carries
@@ -46,7 +56,8 @@
 //!   then are in, or gone from, the open requests already, so neither is counted twice.)
 //!   At most `MAX_UNSEEN` (4,096) are counted.
 //! - `prefill_rate_p`, `overhead_p` and `tpot_p` start at configured priors and are learned per
-//!   pod from successful completions; `bytes_per_token` and `expected_output` are learned across
+//!   pod from successful completions (the prompt-side samples, prefill rate or overhead, from
+//!   the first token when the shell reports it, a whole decode earlier); `bytes_per_token` and `expected_output` are learned across
 //!   pods. Learning is a bounded EWMA: each sample is first clamped to within a factor
 //!   `max_sample_ratio` of the current estimate, so one outlier moves an estimate by at most
 //!   `learning_rate × (max_sample_ratio − 1)` of itself, and failed or cancelled requests are
@@ -89,6 +100,9 @@ use crate::time::Timestamp;
 /// The share of a typical decode a request is still assumed to need once it has outlived its
 /// predicted end (it is running long, so its remaining time is uncertain, not zero).
 const OVERRUN_TAIL: f64 = 0.4;
+
+/// The `extra` assumed for a pod no sample has spoken for yet (see the module docs).
+const UNSAMPLED_EXTRA: f64 = 0.5;
 
 /// The most unseen requests (engine queue minus this router's own) one snapshot can add to an
 /// estimate. The replay is linear in them; beyond a few thousand queued requests the pod is
@@ -202,6 +216,20 @@ pub(crate) struct OpenRequest {
     pub(crate) issued: Timestamp,
     /// Prompt tokens it was predicted to prefill.
     pub(crate) uncached_tokens: f64,
+    /// When its first token was reported ([`crate::Router::first_token`]): its prefill is
+    /// over, and the replay puts its prefill's end there instead of predicting it.
+    pub(crate) first_token: Option<Timestamp>,
+}
+
+impl OpenRequest {
+    pub(crate) fn new(ticket: Ticket, issued: Timestamp, uncached_tokens: f64) -> Self {
+        OpenRequest {
+            ticket,
+            issued,
+            uncached_tokens,
+            first_token: None,
+        }
+    }
 }
 
 /// The learned state of one pod.
@@ -216,6 +244,10 @@ pub(crate) struct PodModel {
     pub(crate) overhead_ms: Ewma,
     pub(crate) trust: Fraction,
     pub(crate) extra: Fraction,
+    /// The open request sent to find out whether the pod holds what the index does not know
+    /// (routed while `extra` had no sample, with at least a block unindexed); until it reports,
+    /// other requests do not count on [`UNSAMPLED_EXTRA`].
+    pub(crate) probe: Option<Ticket>,
     // invariant: one entry per open ticket routed to this pod, in issue order.
     pub(crate) open: Vec<OpenRequest>,
     pub(crate) engine: Option<ObservedEngine>,
@@ -241,6 +273,7 @@ impl PodModel {
             overhead_ms: Ewma::new(cfg.overhead_ms),
             trust: Fraction::new(1.0),
             extra: Fraction::new(0.0),
+            probe: None,
             open: Vec::new(),
             engine: None,
             engine_rates: EngineRateBase::default(),
@@ -270,7 +303,22 @@ impl PodModel {
         }
     }
 
+    /// Records that the ticket's first token came at `at` (its prefill is over).
+    pub(crate) fn first_token(&mut self, ticket: Ticket, at: Timestamp) {
+        self.end_probe(ticket);
+        if let Some(o) = self.open.iter_mut().find(|o| o.ticket == ticket) {
+            o.first_token.get_or_insert(at);
+        }
+    }
+
+    fn end_probe(&mut self, ticket: Ticket) {
+        if self.probe == Some(ticket) {
+            self.probe = None;
+        }
+    }
+
     pub(crate) fn forget_ticket(&mut self, ticket: Ticket) {
+        self.end_probe(ticket);
         if let Some(i) = self.open.iter().position(|o| o.ticket == ticket) {
             self.open.remove(i);
         }
@@ -351,8 +399,9 @@ pub(crate) struct Job {
 /// Predicts the TTFT of `job` on the pod by replaying the pod's open requests through its
 /// sequence slots and FCFS prefill with the current learned rates (so a wrong earlier guess
 /// does not stick): each open request takes the earliest free slot at or after its issue time,
-/// prefills after the requests before it, then decodes; one still open past that is assumed to need
-/// [`OVERRUN_TAIL`] of a decode more. A fresh engine snapshot adds the requests the router did not route,
+/// prefills after the requests before it (or until its reported first token), then decodes; one
+/// still open past that is assumed to need [`OVERRUN_TAIL`] of a decode more, or as long again
+/// as it has overrun. A fresh engine snapshot adds the requests the router did not route,
 /// as half-done. The new request then takes the next slot and prefills after all of them,
 /// stalling the requests still decoding then. `scratch` is reused space for the slot heap.
 pub(crate) fn estimate(
@@ -370,15 +419,20 @@ pub(crate) fn estimate(
     let matched_tokens = (job.matched_bytes / global.bytes_per_token.get()).min(job.prompt_tokens);
     let indexed = (matched_tokens / block).floor() * block;
     let reusable = (job.prompt_tokens / block).floor() * block;
+    let extra = if pod.extra.sampled() || pod.probe.is_some() {
+        pod.extra.get()
+    } else {
+        UNSAMPLED_EXTRA
+    };
     let expected =
-        (pod.trust.get() * indexed + pod.extra.get() * (job.prompt_tokens - indexed)).min(reusable);
+        (pod.trust.get() * indexed + extra * (job.prompt_tokens - indexed)).min(reusable);
     let uncached = (job.prompt_tokens - expected).max(0.0);
     let tpot = pod.tpot_ms.get();
     let decode_ms = (global.output_tokens.get() - 1.0).max(0.0) * tpot;
     let prefill_ms = |tokens: f64| tokens / pod.prefill_tps.get() * 1_000.0;
     let now_ms = now.as_millis() as f64;
     // A request still open after its predicted end has run long; assume it needs a further
-    // OVERRUN_TAIL of a typical decode rather than ending this instant.
+    // OVERRUN_TAIL of a typical decode (or its overrun so far, below) rather than ending now.
     let tail_ms = OVERRUN_TAIL * decode_ms + tpot;
 
     let unseen = pod
@@ -408,9 +462,14 @@ pub(crate) fn estimate(
     let mut prefill_free = 0.0f64;
     for o in &pod.open {
         let start = take_slot(&mut slots).max(o.issued.as_millis() as f64);
-        let prefill_end = start.max(prefill_free) + prefill_ms(o.uncached_tokens);
-        prefill_free = prefill_end;
-        let end = (prefill_end + decode_ms).max(now_ms + tail_ms);
+        let prefill_end = match o.first_token {
+            Some(at) => at.as_millis() as f64,
+            None => start.max(prefill_free) + prefill_ms(o.uncached_tokens),
+        };
+        prefill_free = prefill_free.max(prefill_end);
+        let predicted_end = prefill_end + decode_ms;
+        let overrun = (now_ms - predicted_end).max(0.0);
+        let end = predicted_end.max(now_ms + tail_ms.max(overrun));
         slots.push(Reverse((end * 1_000.0) as u64));
     }
     for _ in 0..unseen {
@@ -443,16 +502,21 @@ pub(crate) fn commit(
     job: &Job,
     prompt_bytes: f64,
     now: Timestamp,
+    cfg: &TtftConfig,
 ) {
     let r = &mut pod.routed;
     r.prompt_bytes += prompt_bytes;
     r.indexed_tokens += est.indexed_tokens;
     r.unindexed_tokens += (job.prompt_tokens - est.indexed_tokens).max(0.0);
-    pod.open.push(OpenRequest {
-        ticket,
-        issued: now,
-        uncached_tokens: est.uncached_tokens,
-    });
+    pod.open
+        .push(OpenRequest::new(ticket, now, est.uncached_tokens));
+    let unindexed = job.prompt_tokens - est.indexed_tokens;
+    if !pod.extra.sampled()
+        && pod.probe.is_none()
+        && unindexed >= f64::from(cfg.engine_block_tokens)
+    {
+        pod.probe = Some(ticket);
+    }
     pod.predicted_hit_tokens += est.cached_tokens as u64;
 }
 
@@ -463,10 +527,43 @@ pub(crate) struct TicketContext {
     pub(crate) queue_ms: f64,
     pub(crate) uncached_tokens: f64,
     pub(crate) indexed_tokens: f64,
+    /// Whether [`learn_first_token`] has run for it (its completion then skips those samples).
+    pub(crate) first_token_seen: bool,
 }
 
-/// Learns from one successful completion (see the module docs for which samples count).
+/// Learns from one successful completion (see the module docs for which samples count). The
+/// prompt-side samples (bytes per token, `trust`/`extra`, prefill rate or overhead) are
+/// skipped when the request's first token already taught them ([`learn_first_token`]).
 pub(crate) fn learn(
+    pod: &mut PodModel,
+    global: &mut GlobalModel,
+    cfg: &TtftConfig,
+    ctx: &TicketContext,
+    timings: &crate::tickets::Timings,
+) {
+    if let Some(out) = timings.output_tokens {
+        global.output_tokens.learn(f64::from(out), cfg);
+    }
+    if let (Some(first), Some(total), Some(out)) = (
+        timings.first_token_ms,
+        timings.total_ms,
+        timings.output_tokens,
+    ) {
+        if out >= 2 && total > first {
+            pod.tpot_ms
+                .learn((total - first) as f64 / f64::from(out - 1), cfg);
+        }
+    }
+    if !ctx.first_token_seen {
+        learn_first_token(pod, global, cfg, ctx, timings);
+    }
+}
+
+/// Learns what a request's first token tells (see the module docs): whether completions carry
+/// first-token times, prompt and cached tokens; bytes per token; `trust` and `extra`; and the
+/// pod's prefill rate or overhead. Only `first_token_ms`, `prompt_tokens` and `cached_tokens`
+/// of `timings` are read.
+pub(crate) fn learn_first_token(
     pod: &mut PodModel,
     global: &mut GlobalModel,
     cfg: &TtftConfig,
@@ -481,19 +578,6 @@ pub(crate) fn learn(
         global
             .bytes_per_token
             .learn(ctx.prompt_bytes / f64::from(tokens.max(1)), cfg);
-    }
-    if let Some(out) = timings.output_tokens {
-        global.output_tokens.learn(f64::from(out), cfg);
-    }
-    if let (Some(first), Some(total), Some(out)) = (
-        timings.first_token_ms,
-        timings.total_ms,
-        timings.output_tokens,
-    ) {
-        if out >= 2 && total > first {
-            pod.tpot_ms
-                .learn((total - first) as f64 / f64::from(out - 1), cfg);
-        }
     }
     if let (Some(prompt), Some(cached)) = (timings.prompt_tokens, timings.cached_tokens) {
         let (prompt, cached) = (f64::from(prompt), f64::from(cached));
@@ -538,6 +622,13 @@ mod tests {
         }
     }
 
+    /// A pod known to hold nothing the index does not know of (`extra` sampled at 0).
+    pub(super) fn known_pod(c: &TtftConfig) -> PodModel {
+        let mut pod = PodModel::new(c);
+        pod.extra.learn(0.0, c);
+        pod
+    }
+
     #[test]
     fn cached_tokens_count_whole_engine_blocks_only() {
         let c = cfg();
@@ -558,12 +649,8 @@ mod tests {
     fn a_full_pod_waits_for_its_earliest_slot_and_prefill_is_fcfs() {
         // max_seqs 2, prefill 3,000 tokens/s, 127 decode tokens at 50 ms = 6,350 ms.
         let c = cfg();
-        let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
-        let open = |n, issued, uncached| OpenRequest {
-            ticket: Ticket(n),
-            issued: t(issued),
-            uncached_tokens: uncached,
-        };
+        let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
+        let open = |n, issued, uncached| OpenRequest::new(Ticket(n), t(issued), uncached);
         // Two requests routed at 0: the first prefills 3,000 tokens (1 s), the second none.
         pod.open = vec![open(1, 0, 3_000.0), open(2, 0, 0.0)];
         let job = Job {
@@ -586,19 +673,27 @@ mod tests {
             e.queue_ms, 1_000.0,
             "FCFS prefill: request 1 until 1,000, then the one routed at 900 until 2,000"
         );
-        // A request still open past its predicted end holds its slot for 40% of a decode more
-        // (0.4 × 6,350 + one token of 50).
+        // A request still open past its predicted end (6,350) holds its slot for 40% of a
+        // decode more (0.4 × 6,350 + one token of 50), or for as long again as it has
+        // overrun, whichever is longer.
         pod.max_seqs = 1;
         pod.open = vec![open(4, 0, 0.0)];
-        let e = estimate(&pod, &g, &c, job, t(60_000), &mut Vec::new());
+        let e = estimate(&pod, &g, &c, job, t(7_000), &mut Vec::new());
         assert_eq!(e.queue_ms, 2_590.0);
+        let e = estimate(&pod, &g, &c, job, t(20_000), &mut Vec::new());
+        assert_eq!(e.queue_ms, 13_650.0);
+        // Once its first token is reported, its prefill is over there and its decode is
+        // predicted from then: routed at 0, first token at 3,000, decode ends at 9,350.
+        pod.first_token(Ticket(4), t(3_000));
+        let e = estimate(&pod, &g, &c, job, t(4_000), &mut Vec::new());
+        assert_eq!(e.queue_ms, 5_350.0);
     }
 
     #[test]
     fn a_prefill_is_charged_for_the_decodes_it_stalls() {
         // max_seqs 2, prefill 3,000 tokens/s: a 3,000-token prefill lasts 1,000 ms.
         let c = cfg();
-        let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
         let job = Job {
             prompt_tokens: 3_000.0,
             matched_bytes: 0.0,
@@ -607,11 +702,7 @@ mod tests {
         assert_eq!(idle.stall_ms, 0.0, "nothing to stall on an idle pod");
         // One request decoding (routed at 0, no prefill left): half the slots are busy when the
         // new prefill starts, so it is charged stall_weight (2) × 1,000 ms × 1/2.
-        pod.open = vec![OpenRequest {
-            ticket: Ticket(1),
-            issued: t(0),
-            uncached_tokens: 0.0,
-        }];
+        pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0)];
         let busy = estimate(&pod, &g, &c, job, t(100), &mut Vec::new());
         assert_eq!(busy.queue_ms, 0.0);
         assert_eq!(busy.stall_ms, 1_000.0);
@@ -663,11 +754,7 @@ mod tests {
     fn snapshot_load_the_router_routed_is_not_counted_twice() {
         let c = cfg(); // max_seqs 2
         let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
-        let open = |n| OpenRequest {
-            ticket: Ticket(n),
-            issued: t(0),
-            uncached_tokens: 0.0,
-        };
+        let open = |n| OpenRequest::new(Ticket(n), t(0), 0.0);
         pod.open = vec![open(1), open(2)];
         // The engine shows exactly the router's two requests.
         pod.observe(
@@ -706,7 +793,11 @@ mod tests {
             prompt_tokens: 5_000.0,
             matched_bytes: 0.0,
         };
-        let cold = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        // Nothing is known of the pod yet: half of what the index does not know is assumed
+        // cached (whole blocks aside), so that a warm pod gets tried.
+        let unknown = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(unknown.cached_tokens, 2_500.0);
+        let cold = estimate(&known_pod(&c), &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(cold.cached_tokens, 0.0);
         // The index knew nothing, yet the engine reused 4,704 tokens (a warm engine).
         let ctx = TicketContext {
@@ -737,9 +828,22 @@ mod tests {
             ..Default::default()
         };
         learn(&mut pod, &mut g, &c, &ctx, &evicted);
+        assert_eq!(pod.trust.get(), 0.0, "the first sample replaces the prior");
+        let kept = crate::tickets::Timings {
+            cached_tokens: Some(4_704),
+            ..evicted
+        };
+        learn(&mut pod, &mut g, &c, &ctx, &kept);
+        assert!(
+            (pod.trust.get() - 0.5).abs() < 1e-9,
+            "the second weighs half"
+        );
+        for _ in 0..3 {
+            learn(&mut pod, &mut g, &c, &ctx, &kept);
+        }
         assert!(
             (pod.trust.get() - 0.8).abs() < 1e-9,
-            "one sample moves trust by the learning rate"
+            "the fifth and later move it by the learning rate (1/5 = 0.2)"
         );
     }
 
@@ -755,7 +859,7 @@ mod tests {
             prompt_bytes: 28_000.0,
             queue_ms: 0.0,
             uncached_tokens: 3_000.0,
-            indexed_tokens: 0.0,
+            ..Default::default()
         };
         let timings = |first| crate::tickets::Timings {
             first_token_ms: Some(first),
