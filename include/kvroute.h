@@ -328,7 +328,8 @@ typedef struct kvroute_stats {
    */
   uint64_t tickets_orphaned;
   /**
-   * Completions rejected (unknown ticket, double or late completion).
+   * Completions and first-token reports rejected (a ticket never issued, or already
+   * completed or expired).
    */
   uint64_t tickets_rejected;
   /**
@@ -380,9 +381,9 @@ typedef struct kvroute_stats {
 } kvroute_stats;
 
 /**
- * What the caller observed about a finished request, passed to
- * `kvroute_router_complete_with_timings()`. Only the fields whose `KVROUTE_TIMING_*` bit is set
- * in `known` are read. The layout is frozen.
+ * What the caller observed about a request, passed to `kvroute_router_complete_with_timings()`
+ * when it finished, or to `kvroute_router_first_token()` when its first token came. Only the
+ * fields whose `KVROUTE_TIMING_*` bit is set in `known` are read. The layout is frozen.
  */
 typedef struct kvroute_timings {
   /**
@@ -725,6 +726,36 @@ kvroute_status kvroute_router_complete_with_timings(struct kvroute_router *route
                                                     uint32_t outcome,
                                                     const struct kvroute_timings *timings,
                                                     uint64_t now_ms);
+
+/**
+ * Reports the first token of an open request (routed, not yet completed), as soon as the
+ * caller sees it: a streaming proxy sees it long before the completion, and the `least-ttft`
+ * model then learns the pod's prompt-side rates (prefill rate or overhead, bytes per token,
+ * how much of the prompt the engine's cache served) a whole decode earlier. Optional: a caller
+ * that never calls it loses only that head start. Nothing is released: the ticket stays open
+ * and must still be completed once (its explanation stays available too).
+ *
+ * Of `timings` (borrowed for the call only) only `first_token_ms`, `prompt_tokens` and
+ * `cached_tokens` are read. `KVROUTE_TIMING_FIRST_TOKEN_MS` is required (a report without it
+ * would mark the pod as one whose requests carry no first-token times and keep the completion
+ * from learning them); `prompt_tokens` and `cached_tokens` are read when their bits are set.
+ * The other `KVROUTE_TIMING_*` bits (`TOTAL_MS`, `OUTPUT_TOKENS`) are accepted and not read,
+ * so one struct can be filled in as the response streams, passed here at the first token and
+ * to `kvroute_router_complete_with_timings()` at the end (which then learns only the decode
+ * side: the prompt side is learned once per ticket). A second report for the same ticket
+ * returns `KVROUTE_STATUS_OK` and is ignored. Reporting a ticket whose pod was removed
+ * meanwhile succeeds.
+ *
+ * Returns `KVROUTE_STATUS_NULL_PARAMETER` if `router` or `timings` is NULL,
+ * `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timings->known` or a missing
+ * `KVROUTE_TIMING_FIRST_TOKEN_MS`, `KVROUTE_STATUS_UNKNOWN_TICKET` for a ticket this router
+ * never issued, `KVROUTE_STATUS_TICKET_NOT_OPEN` for one already completed or expired,
+ * `KVROUTE_STATUS_POISONED`. Nothing changes on any error.
+ */
+kvroute_status kvroute_router_first_token(struct kvroute_router *router,
+                                          kvroute_ticket ticket,
+                                          const struct kvroute_timings *timings,
+                                          uint64_t now_ms);
 
 /**
  * Records the pod's engine state as scraped at `now_ms`. The `least-ttft` model uses it until

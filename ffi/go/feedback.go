@@ -7,8 +7,8 @@ import "C"
 
 import "runtime"
 
-// Timings is what the caller observed about a finished request; nil fields are unknown.
-// The timings of successful requests teach the least-ttft model the pod's rates.
+// Timings is what the caller observed about a request; nil fields are unknown. The timings
+// of successful requests teach the least-ttft model the pod's rates.
 type Timings struct {
 	FirstTokenMs *uint64 // routing to first response byte or token
 	TotalMs      *uint64 // routing to end of response
@@ -17,8 +17,8 @@ type Timings struct {
 	PromptTokens *uint32 // prompt tokens as the engine counted them
 }
 
-// CompleteWithTimings is Complete plus what was observed about the request.
-func (r *Router) CompleteWithTimings(ticket uint64, outcome Outcome, t Timings, nowMs uint64) error {
+// c is t as a kvroute_timings, with a known bit for every non-nil field.
+func (t Timings) c() C.kvroute_timings {
 	var c C.kvroute_timings
 	if t.FirstTokenMs != nil {
 		c.first_token_ms, c.known = C.uint64_t(*t.FirstTokenMs), c.known|C.KVROUTE_TIMING_FIRST_TOKEN_MS
@@ -35,7 +35,27 @@ func (r *Router) CompleteWithTimings(ticket uint64, outcome Outcome, t Timings, 
 	if t.PromptTokens != nil {
 		c.prompt_tokens, c.known = C.uint32_t(*t.PromptTokens), c.known|C.KVROUTE_TIMING_PROMPT_TOKENS
 	}
+	return c
+}
+
+// CompleteWithTimings is Complete plus what was observed about the request.
+func (r *Router) CompleteWithTimings(ticket uint64, outcome Outcome, t Timings, nowMs uint64) error {
+	c := t.c()
 	st := C.kvroute_router_complete_with_timings(r.ptr(), C.kvroute_ticket(ticket), C.uint32_t(outcome), &c, C.uint64_t(nowMs))
+	runtime.KeepAlive(r)
+	return check(st)
+}
+
+// FirstToken reports the first token of an open request (routed, not yet completed) as soon
+// as a streaming proxy sees it, so that least-ttft learns the pod's prompt-side rates a whole
+// decode before the completion. Only FirstTokenMs (required: StatusInvalidParameter without
+// it), PromptTokens and CachedTokens are read; TotalMs and OutputTokens are ignored, so the
+// same Timings can be passed to CompleteWithTimings at the end. Nothing is released: the
+// ticket must still be completed once. A second report for a ticket is ignored (nil); an
+// unknown ticket is StatusUnknownTicket, a completed or expired one StatusTicketNotOpen.
+func (r *Router) FirstToken(ticket uint64, t Timings, nowMs uint64) error {
+	c := t.c()
+	st := C.kvroute_router_first_token(r.ptr(), C.kvroute_ticket(ticket), &c, C.uint64_t(nowMs))
 	runtime.KeepAlive(r)
 	return check(st)
 }

@@ -414,3 +414,71 @@ func TestEngineTimingCounters(t *testing.T) {
 		t.Fatalf("queue %.0f ms with the inter-token counters, %.0f ms without", learned, prior)
 	}
 }
+
+// ttftAfterFirstToken routes a study prompt (~7,000 tokens) to an idle one-pod least-ttft
+// router, reports its first token 7,050 ms after routing when report is set (a prefill rate
+// of 1,000 tokens/s against the prior 3,000), completes it without timings, and returns the
+// time to first token predicted for the next study prompt.
+func ttftAfterFirstToken(t *testing.T, report bool) float64 {
+	r := newTestRouter(t, Config{Seed: 5, Strategy: "least-ttft"}, 1)
+	defer r.Close()
+	d, err := r.Route("study", []byte(studyPrompt(1, 1)), "", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if report {
+		first, prompt, cached := uint64(7050), uint32(7000), uint32(0)
+		tm := Timings{FirstTokenMs: &first, PromptTokens: &prompt, CachedTokens: &cached}
+		if err := r.FirstToken(d.Ticket, tm, 7051); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := r.Complete(d.Ticket, Success, 9000); err != nil {
+		t.Fatal(err)
+	}
+	next, err := r.Route("study", []byte(studyPrompt(2, 1)), "", 9001)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decisionField(t, r, next.Ticket, "pred_ttft_ms")
+}
+
+func TestFirstToken(t *testing.T) {
+	r := newTestRouter(t, Config{Seed: 5, Strategy: "least-ttft"}, 1)
+	defer r.Close()
+	d, err := r.Route("study", []byte(studyPrompt(1, 1)), "", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, total, prompt := uint64(300), uint64(4000), uint32(7000)
+	if err := r.FirstToken(d.Ticket, Timings{PromptTokens: &prompt}, 310); !errors.Is(err, StatusInvalidParameter) {
+		t.Fatalf("without FirstTokenMs: %v", err)
+	}
+	if err := r.FirstToken(d.Ticket+1000, Timings{FirstTokenMs: &first}, 310); !errors.Is(err, StatusUnknownTicket) {
+		t.Fatalf("unknown ticket: %v", err)
+	}
+	if err := r.FirstToken(d.Ticket, Timings{FirstTokenMs: &first, PromptTokens: &prompt}, 310); err != nil {
+		t.Fatal(err)
+	}
+	// A second report is ignored; the completion-only fields are accepted.
+	all := Timings{FirstTokenMs: &first, TotalMs: &total, PromptTokens: &prompt}
+	if err := r.FirstToken(d.Ticket, all, 311); err != nil {
+		t.Fatalf("second report: %v", err)
+	}
+	if n, _ := r.InFlight(d.Pod); n != 1 {
+		t.Fatalf("in flight %d after the first token, want 1 (nothing released)", n)
+	}
+	if err := r.CompleteWithTimings(d.Ticket, Success, all, 4010); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.FirstToken(d.Ticket, all, 4011); !errors.Is(err, StatusTicketNotOpen) {
+		t.Fatalf("after completion: %v", err)
+	}
+
+	// The report reaches the model: it learns that nothing was cached (the prior assumes half
+	// of the prompt) and the slow prefill rate (~1,250 ms without the report, ~2,800 with).
+	prior, learned := ttftAfterFirstToken(t, false), ttftAfterFirstToken(t, true)
+	if learned-prior < 1000 {
+		t.Fatalf("predicted ttft %.0f ms after a slow first token, %.0f ms without the report", learned, prior)
+	}
+}

@@ -120,7 +120,8 @@ pub struct kvroute_stats {
     pub tickets_expired: u64,
     /// Completions of tickets whose pod had been removed.
     pub tickets_orphaned: u64,
-    /// Completions rejected (unknown ticket, double or late completion).
+    /// Completions and first-token reports rejected (a ticket never issued, or already
+    /// completed or expired).
     pub tickets_rejected: u64,
     /// Blocks in the prefix index.
     pub index_blocks: u64,

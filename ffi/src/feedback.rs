@@ -20,9 +20,9 @@ pub const KVROUTE_TIMING_CACHED_TOKENS: u32 = 1 << 3;
 pub const KVROUTE_TIMING_PROMPT_TOKENS: u32 = 1 << 4;
 const TIMING_ALL: u32 = (1 << 5) - 1;
 
-/// What the caller observed about a finished request, passed to
-/// `kvroute_router_complete_with_timings()`. Only the fields whose `KVROUTE_TIMING_*` bit is set
-/// in `known` are read. The layout is frozen.
+/// What the caller observed about a request, passed to `kvroute_router_complete_with_timings()`
+/// when it finished, or to `kvroute_router_first_token()` when its first token came. Only the
+/// fields whose `KVROUTE_TIMING_*` bit is set in `known` are read. The layout is frozen.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct kvroute_timings {
@@ -54,6 +54,17 @@ impl kvroute_timings {
             prompt_tokens: has(KVROUTE_TIMING_PROMPT_TOKENS).then_some(self.prompt_tokens),
         })
     }
+
+    /// [`Self::to_core`] for `kvroute_router_first_token()`, which also requires
+    /// `first_token_ms`: without it the core would record the pod as one whose requests report
+    /// no first-token times, and the completion would no longer learn the prompt side.
+    fn to_core_first_token(self) -> Result<Timings, kvroute_status> {
+        let timings = self.to_core()?;
+        if timings.first_token_ms.is_none() {
+            return Err(kvroute_status::InvalidParameter);
+        }
+        Ok(timings)
+    }
 }
 
 /// `kvroute_router_complete()` plus what was observed about the request: the timings of a
@@ -78,6 +89,46 @@ pub extern "C" fn kvroute_router_complete_with_timings(
         };
         let completion = Completion { outcome, timings };
         try_status!(r.complete(Ticket::from_u64(ticket), completion, now_ms));
+        kvroute_status::Ok
+    }
+}
+
+/// Reports the first token of an open request (routed, not yet completed), as soon as the
+/// caller sees it: a streaming proxy sees it long before the completion, and the `least-ttft`
+/// model then learns the pod's prompt-side rates (prefill rate or overhead, bytes per token,
+/// how much of the prompt the engine's cache served) a whole decode earlier. Optional: a caller
+/// that never calls it loses only that head start. Nothing is released: the ticket stays open
+/// and must still be completed once (its explanation stays available too).
+///
+/// Of `timings` (borrowed for the call only) only `first_token_ms`, `prompt_tokens` and
+/// `cached_tokens` are read. `KVROUTE_TIMING_FIRST_TOKEN_MS` is required (a report without it
+/// would mark the pod as one whose requests carry no first-token times and keep the completion
+/// from learning them); `prompt_tokens` and `cached_tokens` are read when their bits are set.
+/// The other `KVROUTE_TIMING_*` bits (`TOTAL_MS`, `OUTPUT_TOKENS`) are accepted and not read,
+/// so one struct can be filled in as the response streams, passed here at the first token and
+/// to `kvroute_router_complete_with_timings()` at the end (which then learns only the decode
+/// side: the prompt side is learned once per ticket). A second report for the same ticket
+/// returns `KVROUTE_STATUS_OK` and is ignored. Reporting a ticket whose pod was removed
+/// meanwhile succeeds.
+///
+/// Returns `KVROUTE_STATUS_NULL_PARAMETER` if `router` or `timings` is NULL,
+/// `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timings->known` or a missing
+/// `KVROUTE_TIMING_FIRST_TOKEN_MS`, `KVROUTE_STATUS_UNKNOWN_TICKET` for a ticket this router
+/// never issued, `KVROUTE_STATUS_TICKET_NOT_OPEN` for one already completed or expired,
+/// `KVROUTE_STATUS_POISONED`. Nothing changes on any error.
+#[no_mangle]
+pub extern "C" fn kvroute_router_first_token(
+    router: *mut kvroute_router,
+    ticket: kvroute_ticket,
+    timings: *const kvroute_timings,
+    now_ms: u64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let t = try_plain_ref!(timings);
+        let timings = try_status!(t.to_core_first_token());
+        let mut locked = try_status!(r.lock());
+        try_status!(locked.router.first_token(Ticket::from_u64(ticket), timings, Timestamp::from_millis(now_ms)));
         kvroute_status::Ok
     }
 }
@@ -224,9 +275,7 @@ pub extern "C" fn kvroute_router_observe_engine_timed(
 ) -> kvroute_status {
     ffi_panic_boundary! {
         let r = try_ref!(router);
-        let Some(s) = opt_plain_ref!(snapshot) else {
-            return kvroute_status::NullParameter;
-        };
+        let s = try_plain_ref!(snapshot);
         let mut snapshot = try_status!(s.to_core());
         if let Some(t) = opt_plain_ref!(timing) {
             snapshot = try_status!(t.with_timing(snapshot));

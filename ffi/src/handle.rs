@@ -246,6 +246,13 @@ macro_rules! free_arc {
     };
 }
 
+/// `&T` from a pointer to a required plain input struct, or return `NULL_PARAMETER`.
+macro_rules! try_plain_ref {
+    ( $ptr:expr ) => {
+        try_status!(unsafe { $crate::handle::plain_ref($ptr) })
+    };
+}
+
 /// `Option<&T>` from a pointer to a plain input struct; NULL is `None`.
 macro_rules! opt_plain_ref {
     ( $ptr:expr ) => {

@@ -416,3 +416,182 @@ fn engine_timing_counters_teach_the_least_ttft_model() {
     assert!((90.0..=120.0).contains(&ttft), "{ttft}");
     assert!((1_280.0..=1_400.0).contains(&queue), "{queue}");
 }
+
+/// A first-token report with everything it reads: 2,000 prompt tokens, none cached, the first
+/// token `first_token_ms` after routing.
+fn first_token_timings(first_token_ms: u64) -> kvroute_timings {
+    kvroute_timings {
+        first_token_ms,
+        prompt_tokens: 2_000,
+        cached_tokens: 0,
+        known: KVROUTE_TIMING_FIRST_TOKEN_MS
+            | KVROUTE_TIMING_PROMPT_TOKENS
+            | KVROUTE_TIMING_CACHED_TOKENS,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn first_token_statuses() {
+    let r = new_router("least-ttft");
+    let a = add(r, "a", "10.0.0.1:80");
+    let b = add(r, "b", "10.0.0.2:80");
+    let d = route(r, b"hello", 1).unwrap();
+    let good = first_token_timings(120);
+    let report =
+        |ticket, t: *const kvroute_timings| status(kvroute_router_first_token(r, ticket, t, 200));
+    assert_eq!(
+        status(kvroute_router_first_token(
+            ptr::null_mut(),
+            d.ticket,
+            &good,
+            200
+        )),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    assert_eq!(
+        report(d.ticket, ptr::null()),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    // Unknown bits, and a report without the first-token time, are rejected (and checked
+    // before the ticket).
+    let invalid = [
+        kvroute_timings {
+            known: good.known | 1 << 5,
+            ..good
+        },
+        kvroute_timings {
+            known: u32::MAX,
+            ..good
+        },
+        kvroute_timings {
+            known: KVROUTE_TIMING_PROMPT_TOKENS | KVROUTE_TIMING_CACHED_TOKENS,
+            ..good
+        },
+        kvroute_timings { known: 0, ..good },
+    ];
+    for t in invalid {
+        assert_eq!(
+            report(d.ticket, &t),
+            "KVROUTE_STATUS_INVALID_PARAMETER",
+            "{t:?}"
+        );
+        assert_eq!(
+            report(d.ticket + 1_000, &t),
+            "KVROUTE_STATUS_INVALID_PARAMETER",
+            "{t:?}"
+        );
+    }
+    assert_eq!(
+        report(d.ticket + 1_000, &good),
+        "KVROUTE_STATUS_UNKNOWN_TICKET"
+    );
+    // The first-token time alone is enough.
+    let minimal = kvroute_timings {
+        first_token_ms: 120,
+        known: KVROUTE_TIMING_FIRST_TOKEN_MS,
+        ..Default::default()
+    };
+    assert_eq!(report(d.ticket, &minimal), "KVROUTE_STATUS_OK");
+    // A second report is ignored; the completion-only bits are accepted (and not read).
+    let whole = kvroute_timings {
+        total_ms: 900,
+        output_tokens: 40,
+        known: good.known | KVROUTE_TIMING_TOTAL_MS | KVROUTE_TIMING_OUTPUT_TOKENS,
+        ..good
+    };
+    assert_eq!(report(d.ticket, &whole), "KVROUTE_STATUS_OK");
+    // Nothing was released: the ticket is still open, explained and counted in flight.
+    let mut in_flight = 0;
+    assert_eq!(
+        kvroute_router_in_flight(r, d.pod, &mut in_flight),
+        kvroute_status::Ok
+    );
+    assert_eq!(in_flight, 1);
+    let mut n = 0;
+    assert_eq!(
+        kvroute_router_explain(r, d.ticket, ptr::null_mut(), 0, &mut n),
+        kvroute_status::InsufficientSize
+    );
+    assert_eq!(
+        kvroute_router_complete_with_timings(r, d.ticket, 0, &whole, 300),
+        kvroute_status::Ok
+    );
+    assert_eq!(report(d.ticket, &good), "KVROUTE_STATUS_TICKET_NOT_OPEN");
+
+    // A ticket whose pod was removed meanwhile is still open: its report succeeds.
+    let e = route(r, b"again", 400).unwrap();
+    assert_eq!(kvroute_router_remove_pod(r, e.pod), kvroute_status::Ok);
+    assert_eq!(report(e.ticket, &good), "KVROUTE_STATUS_OK");
+    assert_eq!(
+        kvroute_router_complete(r, e.ticket, 0, 500),
+        kvroute_status::Ok
+    );
+    assert!(e.pod == a || e.pod == b);
+
+    // An expired ticket is not open either.
+    let f = route(r, b"late", 600).unwrap();
+    assert_eq!(
+        kvroute_router_tick(r, 600 + 31 * 60 * 1_000),
+        kvroute_status::Ok
+    );
+    assert_eq!(report(f.ticket, &good), "KVROUTE_STATUS_TICKET_NOT_OPEN");
+    kvroute_router_free(r);
+}
+
+/// The `least-ttft` prediction for a 2,000-token prompt on an idle pod after one 2,000-token
+/// request whose first token was reported at each of `reports` (ms after routing), and which
+/// was then completed with `completion` (NULL: no timings).
+fn ttft_after_first_tokens(reports: &[u64], completion: Option<kvroute_timings>) -> f64 {
+    let r = new_router("least-ttft");
+    add(r, "a", "10.0.0.1:80");
+    let d = route(r, "x".repeat(8_000).as_bytes(), 1).unwrap();
+    for &ms in reports {
+        let t = first_token_timings(ms);
+        assert_eq!(
+            kvroute_router_first_token(r, d.ticket, &t, 1 + ms),
+            kvroute_status::Ok
+        );
+    }
+    let c = completion.as_ref().map_or(ptr::null(), |t| t as *const _);
+    assert_eq!(
+        kvroute_router_complete_with_timings(r, d.ticket, 0, c, 5_000),
+        kvroute_status::Ok
+    );
+    let next = route(r, "y".repeat(8_000).as_bytes(), 6_000).unwrap();
+    let ttft = decision_field(r, next.ticket, "pred_ttft_ms");
+    kvroute_router_free(r);
+    ttft
+}
+
+#[test]
+fn first_token_teaches_least_ttft_and_only_once() {
+    // Priors: half of the prompt cached, 3,000 tokens/s.
+    let prior = ttft_after_first_tokens(&[], None);
+    // 2,000 uncached tokens in 2,000 ms after the 50 ms overhead: nothing cached and a prefill
+    // rate of 1,000 tokens/s, so the next prediction grows.
+    let slow = ttft_after_first_tokens(&[2_050], None);
+    assert!(
+        slow - prior >= 200.0,
+        "prior {prior}, after the report {slow}"
+    );
+    // The report teaches what the completion would have taught with the same fields.
+    assert_eq!(
+        ttft_after_first_tokens(&[], Some(first_token_timings(2_050))),
+        slow
+    );
+    // A second report is ignored, and so is the completion's own first-token time (the
+    // completion alone would have learned a fast pod from it).
+    assert_eq!(ttft_after_first_tokens(&[2_050, 60], None), slow);
+    let fast = kvroute_timings {
+        total_ms: 4_000,
+        output_tokens: 100,
+        known: first_token_timings(60).known
+            | KVROUTE_TIMING_TOTAL_MS
+            | KVROUTE_TIMING_OUTPUT_TOKENS,
+        ..first_token_timings(60)
+    };
+    let unreported = ttft_after_first_tokens(&[], Some(fast));
+    assert!(unreported < slow - 200.0, "{unreported} vs {slow}");
+    assert_eq!(ttft_after_first_tokens(&[2_050], Some(fast)), slow);
+}

@@ -201,10 +201,33 @@ static void test_router_statuses(void) {
   kvroute_timings bad_bits = {.known = 1u << 31};
   CHECK_STATUS(kvroute_router_complete_with_timings(r, timed.ticket, KVROUTE_OUTCOME_SUCCESS, &bad_bits, 15),
                KVROUTE_STATUS_INVALID_PARAMETER);
-  kvroute_timings t = {.first_token_ms = 80, .total_ms = 900, .known = KVROUTE_TIMING_FIRST_TOKEN_MS | KVROUTE_TIMING_TOTAL_MS};
+  /* The first token of the open request, reported before its completion: the first-token time
+   * is required, unknown bits are rejected, the completion-only bits are accepted, a second
+   * report is ignored, and nothing is released. */
+  kvroute_timings t = {.first_token_ms = 80, .prompt_tokens = 7000, .cached_tokens = 0,
+                       .known = KVROUTE_TIMING_PROMPT_TOKENS | KVROUTE_TIMING_CACHED_TOKENS};
+  uint32_t timed_in_flight = 0;
+  CHECK_STATUS(kvroute_router_in_flight(r, timed.pod, &timed_in_flight), KVROUTE_STATUS_OK);
+  CHECK(timed_in_flight >= 1);
+  CHECK_STATUS(kvroute_router_first_token(r, timed.ticket, &t, 15), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_router_first_token(r, timed.ticket, &bad_bits, 15), KVROUTE_STATUS_INVALID_PARAMETER);
+  t.known |= KVROUTE_TIMING_FIRST_TOKEN_MS | 1u << 5;
+  CHECK_STATUS(kvroute_router_first_token(r, timed.ticket, &t, 15), KVROUTE_STATUS_INVALID_PARAMETER);
+  t.known &= ~(1u << 5);
+  CHECK_STATUS(kvroute_router_first_token(NULL, timed.ticket, &t, 15), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_first_token(r, timed.ticket, NULL, 15), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_first_token(r, 1u << 30, &t, 15), KVROUTE_STATUS_UNKNOWN_TICKET);
+  CHECK_STATUS(kvroute_router_first_token(r, timed.ticket, &t, 15), KVROUTE_STATUS_OK);
+  t.total_ms = 900;
+  t.known |= KVROUTE_TIMING_TOTAL_MS;
+  CHECK_STATUS(kvroute_router_first_token(r, timed.ticket, &t, 15), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_in_flight(r, timed.pod, &in_flight), KVROUTE_STATUS_OK);
+  CHECK(in_flight == timed_in_flight);
+  CHECK_STATUS(kvroute_router_explain(r, timed.ticket, (uint8_t *)line, sizeof line, &n), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_router_complete_with_timings(r, timed.ticket, KVROUTE_OUTCOME_SUCCESS, &t, 15), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_router_complete_with_timings(r, timed.ticket, KVROUTE_OUTCOME_SUCCESS, NULL, 15),
                KVROUTE_STATUS_TICKET_NOT_OPEN);
+  CHECK_STATUS(kvroute_router_first_token(r, timed.ticket, &t, 16), KVROUTE_STATUS_TICKET_NOT_OPEN);
   kvroute_engine_snapshot e = {.running = 3, .waiting = 1, .kv_usage = 0.5, .known = KVROUTE_ENGINE_KV_USAGE};
   CHECK_STATUS(kvroute_router_observe_engine(r, a, &e, 15), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_router_observe_engine(r, a, NULL, 15), KVROUTE_STATUS_NULL_PARAMETER);
@@ -270,7 +293,8 @@ static void test_router_statuses(void) {
   CHECK_STATUS(kvroute_router_stats(r, &st), KVROUTE_STATUS_OK);
   CHECK(st.pods == 1 && st.tickets_issued == 5 && st.tickets_open == 0 && st.in_flight == 0);
   CHECK(st.completed_success == 3 && st.completed_cancelled == 1 && st.completed_failed == 1);
-  CHECK(st.tickets_rejected == 3 && st.tickets_orphaned >= 1 && st.unknown_model == 1 && st.no_ready_pod == 2);
+  /* Rejected: 3 completions and 2 first-token reports (unknown ticket, completed ticket). */
+  CHECK(st.tickets_rejected == 5 && st.tickets_orphaned >= 1 && st.unknown_model == 1 && st.no_ready_pod == 2);
   CHECK(st.routed_by_reason[KVROUTE_REASON_PREFIX_MATCH] == 1);
   CHECK_STATUS(kvroute_router_stats(NULL, &st), KVROUTE_STATUS_NULL_PARAMETER);
 
