@@ -128,7 +128,7 @@ pub struct TicketStats {
     pub expired: u64,
     /// Completions of tickets whose pod had been removed.
     pub orphaned: u64,
-    /// Completions rejected (unknown, double or late).
+    /// Completions and first-token reports rejected (unknown, double or late tickets).
     pub rejected: u64,
 }
 

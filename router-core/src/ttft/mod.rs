@@ -29,10 +29,13 @@
 //!   the share of the rest it reused anyway (above 0 when the engine holds prefixes the index
 //!   never saw: warm engines, other routers). The first sample replaces the prior and the
 //!   `n`-th weighs `max(1/n, learning_rate)`. Until a pod's first sample, its `extra_p` is
-//!   taken as 0.5: as likely warm as not. (Assumed 0, a warm pod behind an index that never
-//!   saw it would never be tried, so never learned; assumed 0.5, the first request without an
-//!   index match that lands there settles it. Where a pod is really cold that costs one
-//!   prefill predicted too short, early in a phase.)
+//!   taken as 0.5 (as likely warm as not) for one probe at a time: the first request with at
+//!   least a block the index does not place there that is routed to it; until that probe
+//!   reports its first token or completes, other requests see `extra_p`'s prior 0. (Assumed
+//!   0, a warm pod behind an index that never saw it would never be tried, so never learned;
+//!   where a pod is really cold the probe costs one prefill predicted too short.) Pods whose
+//!   completions come without cached tokens (behind Envoy) are not probed: no single request
+//!   could answer, and engine counters teach `extra_p` there.
 //! - `least-ttft` ranks pods by `ttft + stall`, not by `ttft` alone (the prediction it reports
 //!   is `ttft`). `stall` prices what this request's prefill costs the requests already on `p`:
 //!   while an engine prefills, its running decodes make no progress (a vLLM step that carries
@@ -311,6 +314,13 @@ impl PodModel {
         }
     }
 
+    /// Whether a request may be sent to find out if the pod is warm: `extra` has no sample
+    /// yet, no probe is out, and completions may carry the answer (cached tokens; shells that
+    /// never report them learn `extra` from engine counters only).
+    pub(crate) fn may_probe(&self) -> bool {
+        !self.extra.sampled() && self.probe.is_none() && self.cached_tokens != Reports::Missing
+    }
+
     fn end_probe(&mut self, ticket: Ticket) {
         if self.probe == Some(ticket) {
             self.probe = None;
@@ -419,10 +429,10 @@ pub(crate) fn estimate(
     let matched_tokens = (job.matched_bytes / global.bytes_per_token.get()).min(job.prompt_tokens);
     let indexed = (matched_tokens / block).floor() * block;
     let reusable = (job.prompt_tokens / block).floor() * block;
-    let extra = if pod.extra.sampled() || pod.probe.is_some() {
-        pod.extra.get()
-    } else {
+    let extra = if pod.may_probe() {
         UNSAMPLED_EXTRA
+    } else {
+        pod.extra.get()
     };
     let expected =
         (pod.trust.get() * indexed + extra * (job.prompt_tokens - indexed)).min(reusable);
@@ -511,10 +521,7 @@ pub(crate) fn commit(
     pod.open
         .push(OpenRequest::new(ticket, now, est.uncached_tokens));
     let unindexed = job.prompt_tokens - est.indexed_tokens;
-    if !pod.extra.sampled()
-        && pod.probe.is_none()
-        && unindexed >= f64::from(cfg.engine_block_tokens)
-    {
+    if pod.may_probe() && unindexed >= f64::from(cfg.engine_block_tokens) {
         pod.probe = Some(ticket);
     }
     pod.predicted_hit_tokens += est.cached_tokens as u64;
@@ -845,6 +852,40 @@ mod tests {
             (pod.trust.get() - 0.8).abs() < 1e-9,
             "the fifth and later move it by the learning rate (1/5 = 0.2)"
         );
+    }
+
+    #[test]
+    fn an_unknown_pod_is_probed_one_request_at_a_time() {
+        let c = cfg();
+        let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let job = Job {
+            prompt_tokens: 5_000.0,
+            matched_bytes: 0.0,
+        };
+        let cached =
+            |pod: &PodModel| estimate(pod, &g, &c, job, t(0), &mut Vec::new()).cached_tokens;
+        assert_eq!(cached(&pod), 2_500.0, "nothing known: half assumed cached");
+        // The first request routed there with a block or more unindexed is the probe; until it
+        // answers, the next ones do not count on the pod being warm.
+        let probe = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        commit(&mut pod, Ticket(1), &probe, &job, 28_000.0, t(0), &c);
+        assert_eq!(pod.probe, Some(Ticket(1)));
+        assert_eq!(cached(&pod), 0.0);
+        let second = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        commit(&mut pod, Ticket(2), &second, &job, 28_000.0, t(0), &c);
+        assert_eq!(pod.probe, Some(Ticket(1)), "one probe at a time");
+        // Its first token ends the probe; without a reuse sample the pod is still unknown.
+        pod.first_token(Ticket(1), t(1_500));
+        assert_eq!(pod.probe, None);
+        assert_eq!(cached(&pod), 2_500.0);
+        // A sample settles it.
+        let mut sampled = pod.clone();
+        sampled.learn_reuse(0.0, 0.0, 5_000.0, &c);
+        assert_eq!(cached(&sampled), 0.0);
+        // Completions without cached tokens (behind Envoy) cannot answer: no probing.
+        pod.cached_tokens = Reports::Missing;
+        assert_eq!(cached(&pod), 0.0);
+        assert!(!pod.may_probe());
     }
 
     #[test]
