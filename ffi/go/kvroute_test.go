@@ -475,10 +475,11 @@ func TestFirstToken(t *testing.T) {
 		t.Fatalf("after completion: %v", err)
 	}
 
-	// The report reaches the model: it learns that nothing was cached (the prior assumes half
-	// of the prompt) and the slow prefill rate (~1,250 ms without the report, ~2,800 with).
+	// The report reaches the model: it learns the slow prefill rate (~2,450 ms without the
+	// report, ~2,800 with; a completion without cached tokens says none will come, so the pod
+	// is not probed as possibly warm in either case).
 	prior, learned := ttftAfterFirstToken(t, false), ttftAfterFirstToken(t, true)
-	if learned-prior < 1000 {
+	if learned-prior < 200 {
 		t.Fatalf("predicted ttft %.0f ms after a slow first token, %.0f ms without the report", learned, prior)
 	}
 }

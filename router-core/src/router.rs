@@ -64,6 +64,8 @@ struct Scratch {
     order: Vec<usize>,
     totals: Vec<f64>,
     costs: Vec<f64>,
+    /// least-ttft's tie-break: the engine blocks each candidate is expected to reuse.
+    reuse: Vec<u32>,
     estimates: Vec<Estimate>,
     ends: Vec<u64>,
 }
@@ -403,6 +405,8 @@ impl Router {
         let s = &mut self.scratch;
         s.estimates.clear();
         s.costs.clear();
+        s.reuse.clear();
+        let engine_block = f64::from(self.config.ttft.engine_block_tokens);
         if spec.contains(Strategy::LeastTtft) {
             for c in &s.cands {
                 let pod = &self.registry.pods[c.pod.index()].model;
@@ -415,6 +419,8 @@ impl Router {
                     &mut s.ends,
                 );
                 s.costs.push(e.cost_ms());
+                s.reuse
+                    .push((e.cached_tokens / engine_block).round() as u32);
                 s.estimates.push(e);
             }
         }
@@ -442,6 +448,7 @@ impl Router {
                 let (i, r) = select::least_ttft(
                     &s.cands,
                     &s.costs,
+                    &s.reuse,
                     self.config.ttft.tie_ms,
                     &mut self.rng,
                     &mut s.order,

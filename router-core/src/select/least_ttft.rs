@@ -1,15 +1,17 @@
 //! `least-ttft`: the pod with the lowest cost, its predicted time to first token plus the
 //! stall its prefill imposes on the pod's running decodes (model in [`crate::TtftConfig`]).
-//! Costs within `tie_ms` of the best tie; ties go to the better prefix match, then the lower
-//! load, then the seeded PRNG.
+//! Costs within `tie_ms` of the best tie; ties go to the pod expected to reuse the most engine
+//! blocks (the index's match corrected by what the model learned of the engine's cache,
+//! rounded to whole blocks), then the lower load, then the seeded PRNG.
 
 use super::Candidate;
 
-/// The index of the winner and of the lowest-cost other candidate (if any). `cands` and
-/// `cost_ms` are parallel and non-empty; `order` is scratch space.
+/// The index of the winner and of the lowest-cost other candidate (if any). `cands`, `cost_ms`
+/// and `reuse_blocks` are parallel and non-empty; `order` is scratch space.
 pub(crate) fn least_ttft(
     cands: &[Candidate],
     cost_ms: &[f64],
+    reuse_blocks: &[u32],
     tie_ms: f64,
     rng: &mut fastrand::Rng,
     order: &mut Vec<usize>,
@@ -17,8 +19,8 @@ pub(crate) fn least_ttft(
     let best = cost_ms.iter().copied().fold(f64::INFINITY, f64::min);
     order.clear();
     order.extend((0..cands.len()).filter(|&i| cost_ms[i] <= best + tie_ms));
-    let top_match = order.iter().map(|&i| cands[i].matched).max().unwrap_or(0);
-    order.retain(|&i| cands[i].matched == top_match);
+    let top_reuse = order.iter().map(|&i| reuse_blocks[i]).max().unwrap_or(0);
+    order.retain(|&i| reuse_blocks[i] == top_reuse);
     let low_load = order.iter().map(|&i| cands[i].load).min().unwrap_or(0);
     order.retain(|&i| cands[i].load == low_load);
     let winner = order[rng.usize(..order.len())];
@@ -33,20 +35,21 @@ mod tests {
     use super::*;
     use crate::ids::PodId;
 
-    fn c(pod: u32, load: u32, matched: u32) -> Candidate {
+    fn c(pod: u32, load: u32) -> Candidate {
         Candidate {
             pod: PodId(pod),
             load,
-            matched,
+            matched: 0,
         }
     }
 
     #[test]
     fn minimum_wins_and_names_the_runner_up() {
-        let cands = [c(0, 0, 0), c(1, 5, 9), c(2, 1, 0)];
+        let cands = [c(0, 0), c(1, 5), c(2, 1)];
         let (w, r) = least_ttft(
             &cands,
             &[900.0, 150.0, 400.0],
+            &[0, 9, 0],
             1.0,
             &mut fastrand::Rng::with_seed(1),
             &mut Vec::new(),
@@ -55,13 +58,14 @@ mod tests {
     }
 
     #[test]
-    fn ties_prefer_match_then_load_then_random() {
-        let cands = [c(0, 3, 2), c(1, 1, 2), c(2, 0, 1), c(3, 1, 2)];
+    fn ties_prefer_reuse_then_load_then_random() {
+        let cands = [c(0, 3), c(1, 1), c(2, 0), c(3, 1)];
         let ttft = [100.0, 100.4, 100.0, 100.9];
+        let reuse = [2, 2, 1, 2];
         let mut seen = [0; 4];
         let mut rng = fastrand::Rng::with_seed(2);
         for _ in 0..200 {
-            seen[least_ttft(&cands, &ttft, 1.0, &mut rng, &mut Vec::new()).0] += 1;
+            seen[least_ttft(&cands, &ttft, &reuse, 1.0, &mut rng, &mut Vec::new()).0] += 1;
         }
         assert_eq!(seen[0] + seen[2], 0, "{seen:?}");
         assert!(seen[1] > 50 && seen[3] > 50, "{seen:?}");

@@ -140,10 +140,11 @@ pub struct TtftConfig {
     pub max_sample_ratio: f64,
     /// Engine snapshots older than this are ignored, ms. Default 2,000.
     pub snapshot_max_age_ms: u64,
-    /// Predictions closer than this tie, ms; ties go to the better prefix match, then the
-    /// lower load, then the seeded PRNG. Default 300: predictions on a loaded engine are
+    /// Costs closer than this tie, ms; ties go to the pod expected to reuse the most engine
+    /// blocks (the index's match corrected by `trust`/`extra`, rounded to whole blocks), then
+    /// the lower load, then the seeded PRNG. Default 300: predictions on a loaded engine are
     /// good to a few hundred ms, and within that, keeping a prefix where it is cached pays
-    /// later.
+    /// later; where several engines hold it, the less loaded one is as good.
     pub tie_ms: f64,
     /// How many times its own length a prefill is charged when it stalls a full pod's
     /// decodes (see the module docs; 0 ranks by predicted TTFT alone). Default 2: the stall
