@@ -617,13 +617,14 @@ impl Router {
     }
 
     /// Reports the first token of an open request, as soon as the shell sees it (streaming
-    /// proxies see it long before the completion). Only `first_token_ms`, `prompt_tokens` and
-    /// `cached_tokens` of `timings` are read; they teach least-ttft's prompt-side rates (prefill
-    /// rate or overhead, bytes per token, `trust`/`extra`) a whole decode earlier than the
-    /// completion would, and the completion then does not learn them again. Optional: a shell
-    /// that never calls it loses nothing but that head start. Nothing is released; an unknown
-    /// or closed ticket is an error and changes nothing, and a second report for the same
-    /// ticket is ignored.
+    /// proxies see it long before the completion). Only `first_token_ms` (time from routing to
+    /// the first token; `None` = until `now`), `prompt_tokens` and `cached_tokens` of
+    /// `timings` are read; they teach least-ttft's prompt-side rates (prefill rate or
+    /// overhead, bytes per token, `trust`/`extra`) a whole decode earlier than the completion
+    /// would, the completion then does not learn them again, and the request's prefill counts
+    /// as over from then on. Optional: a shell that never calls it loses nothing but that head
+    /// start. Nothing is released; an unknown or closed ticket is an error and changes
+    /// nothing, and a second report for the same ticket is ignored.
     pub fn first_token(
         &mut self,
         ticket: Ticket,
@@ -636,9 +637,16 @@ impl Router {
             return Ok(());
         }
         open.context.first_token_seen = true;
-        let (pod, context) = (open.pod, open.context);
+        let (pod, context, issued) = (open.pod, open.context, open.issued);
+        let elapsed_ms = timings
+            .first_token_ms
+            .unwrap_or_else(|| now.millis_since(issued));
+        let timings = Timings {
+            first_token_ms: Some(elapsed_ms),
+            ..timings
+        };
         if let Ok(p) = self.registry.pod_mut(pod) {
-            p.model.first_token(ticket, now);
+            p.model.first_token(ticket, issued.add_millis(elapsed_ms));
             ttft::learn_first_token(
                 &mut p.model,
                 &mut self.global,

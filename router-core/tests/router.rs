@@ -596,6 +596,20 @@ fn first_tokens_teach_before_the_completion_and_only_once() {
         d2.prediction.ttft_ms, taught,
         "the completion taught the prefill rate nothing new"
     );
+    // Without a first-token time the report counts from routing to its `now`.
+    let (mut r2, _) = router_with_pods(1, ttft_config());
+    let e0 = route(&mut r2, 0, 0);
+    let untimed = kvroute_core::Timings {
+        first_token_ms: None,
+        ..first(&e0)
+    };
+    r2.first_token(
+        e0.ticket,
+        untimed,
+        t(50 + u64::from(e0.prediction.prompt_tokens)),
+    )
+    .unwrap();
+    assert_eq!(route(&mut r2, 1, 6_000).prediction.ttft_ms, taught);
     // Unknown and closed tickets are errors.
     let unknown = kvroute_core::Ticket::from_u64(999);
     assert_eq!(

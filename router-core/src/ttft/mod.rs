@@ -60,11 +60,11 @@
 //!   At most `MAX_UNSEEN` (4,096) are counted.
 //! - `prefill_rate_p`, `overhead_p` and `tpot_p` start at configured priors and are learned per
 //!   pod from successful completions (the prompt-side samples, prefill rate or overhead, from
-//!   the first token when the shell reports it, a whole decode earlier); `bytes_per_token` and `expected_output` are learned across
-//!   pods. Learning is a bounded EWMA: each sample is first clamped to within a factor
-//!   `max_sample_ratio` of the current estimate, so one outlier moves an estimate by at most
-//!   `learning_rate × (max_sample_ratio − 1)` of itself, and failed or cancelled requests are
-//!   never learned from.
+//!   the first token when the shell reports it, a whole decode earlier); `bytes_per_token` and
+//!   `expected_output` are learned across pods. Learning is a bounded EWMA: each sample is
+//!   first clamped to within a factor `max_sample_ratio` of the current estimate, so one
+//!   outlier moves an estimate by at most `learning_rate × (max_sample_ratio − 1)` of itself,
+//!   and failed or cancelled requests are never learned from.
 //! - Prefill rate samples come only from requests predicted to start at once (no slot wait, no
 //!   prefill backlog) with at least one engine block to prefill; overhead samples from those
 //!   with less than one block to prefill.
