@@ -736,9 +736,9 @@ kvroute_status kvroute_router_complete_with_timings(struct kvroute_router *route
  * and must still be completed once (its explanation stays available too).
  *
  * Of `timings` (borrowed for the call only) only `first_token_ms`, `prompt_tokens` and
- * `cached_tokens` are read. `KVROUTE_TIMING_FIRST_TOKEN_MS` is required (a report without it
- * would mark the pod as one whose requests carry no first-token times and keep the completion
- * from learning them); `prompt_tokens` and `cached_tokens` are read when their bits are set.
+ * `cached_tokens` are read. `KVROUTE_TIMING_FIRST_TOKEN_MS` is required (the time from
+ * routing to the first token, which the caller measured: a report that arrives late must not
+ * read as a slow prefill); `prompt_tokens` and `cached_tokens` are read when their bits are set.
  * The other `KVROUTE_TIMING_*` bits (`TOTAL_MS`, `OUTPUT_TOKENS`) are accepted and not read,
  * so one struct can be filled in as the response streams, passed here at the first token and
  * to `kvroute_router_complete_with_timings()` at the end (which then learns only the decode

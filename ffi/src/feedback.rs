@@ -56,8 +56,7 @@ impl kvroute_timings {
     }
 
     /// [`Self::to_core`] for `kvroute_router_first_token()`, which also requires
-    /// `first_token_ms`: without it the core would record the pod as one whose requests report
-    /// no first-token times, and the completion would no longer learn the prompt side.
+    /// `first_token_ms` (the caller's own measurement; see that function).
     fn to_core_first_token(self) -> Result<Timings, kvroute_status> {
         let timings = self.to_core()?;
         if timings.first_token_ms.is_none() {
@@ -101,9 +100,9 @@ pub extern "C" fn kvroute_router_complete_with_timings(
 /// and must still be completed once (its explanation stays available too).
 ///
 /// Of `timings` (borrowed for the call only) only `first_token_ms`, `prompt_tokens` and
-/// `cached_tokens` are read. `KVROUTE_TIMING_FIRST_TOKEN_MS` is required (a report without it
-/// would mark the pod as one whose requests carry no first-token times and keep the completion
-/// from learning them); `prompt_tokens` and `cached_tokens` are read when their bits are set.
+/// `cached_tokens` are read. `KVROUTE_TIMING_FIRST_TOKEN_MS` is required (the time from
+/// routing to the first token, which the caller measured: a report that arrives late must not
+/// read as a slow prefill); `prompt_tokens` and `cached_tokens` are read when their bits are set.
 /// The other `KVROUTE_TIMING_*` bits (`TOTAL_MS`, `OUTPUT_TOKENS`) are accepted and not read,
 /// so one struct can be filled in as the response streams, passed here at the first token and
 /// to `kvroute_router_complete_with_timings()` at the end (which then learns only the decode
