@@ -3,8 +3,9 @@
 # send each request; kvroute-sim replay sends the study's hot50 scenario with the strategies
 # prefix-cache, least-request and kvroute's least-ttft and prints where every request went and
 # why (the reason is read from the x-kvroute-decision response header). least-ttft is told the
-# engines' facts only (block size, sequences); its rates are learned from the replicas'
-# /metrics, scraped every 500 ms. Everything stops on exit.
+# engines' facts only (block size, sequences) and, since the replicas run SPEEDUP times faster
+# than the engine they model, its tie band scaled to match (300 ms of engine time); its rates are
+# learned from the replicas' /metrics, scraped every 500 ms. Everything stops on exit.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${KVROUTE_BIN_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/release}
@@ -27,6 +28,7 @@ default_strategy = "prefix-cache"
 [ttft]
 engine_block_tokens = 1568
 max_seqs = 8
+tie_ms = $(awk -v s="$SPEEDUP" 'BEGIN { print 300 / s }')
 [engine_metrics]
 scrape_interval_ms = 500
 [models.study]
