@@ -127,7 +127,8 @@ pub extern "C" fn kvroute_router_first_token(
         let t = try_plain_ref!(timings);
         let timings = try_status!(t.to_core_first_token());
         let mut locked = try_status!(r.lock());
-        try_status!(locked.router.first_token(Ticket::from_u64(ticket), timings, Timestamp::from_millis(now_ms)));
+        let (ticket, now) = (Ticket::from_u64(ticket), Timestamp::from_millis(now_ms));
+        try_status!(locked.router.first_token(ticket, timings, now));
         kvroute_status::Ok
     }
 }

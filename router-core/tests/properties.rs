@@ -34,6 +34,15 @@ enum Op {
     CompleteBogus {
         raw: u64,
     },
+    /// A first-token report for the `nth` open ticket (or a bogus one), with arbitrary
+    /// timings.
+    FirstToken {
+        nth: u8,
+        bogus: bool,
+        first_ms: Option<u32>,
+        prompt: Option<u32>,
+        cached: Option<u32>,
+    },
     Tick {
         dt: u32,
     },
@@ -47,6 +56,8 @@ fn op() -> impl Strategy<Value = Op> {
         8 => (0u8..5, 0u8..12, 0u8..6, 0u16..2_000).prop_map(|(family, len_blocks, strategy, dt)| Op::Route { family, len_blocks, strategy, dt }),
         5 => (any::<u8>(), 0u8..3).prop_map(|(nth, outcome)| Op::Complete { nth, outcome }),
         1 => any::<u64>().prop_map(|raw| Op::CompleteBogus { raw }),
+        3 => (any::<u8>(), any::<bool>(), any::<Option<u32>>(), any::<Option<u32>>(), any::<Option<u32>>())
+            .prop_map(|(nth, bogus, first_ms, prompt, cached)| Op::FirstToken { nth, bogus, first_ms, prompt, cached }),
         1 => (0u32..400_000).prop_map(|dt| Op::Tick { dt }),
     ]
 }
@@ -157,6 +168,29 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                     let after: Vec<u32> = r.pods().iter().map(|p| p.in_flight).collect();
                     assert_eq!(before, after, "a bogus completion changed a count");
                 }
+            }
+            Op::FirstToken {
+                nth,
+                bogus,
+                first_ms,
+                prompt,
+                cached,
+            } => {
+                let t = match (bogus, open.is_empty()) {
+                    (false, false) => open[nth as usize % open.len()],
+                    _ => Ticket::from_u64(u64::MAX - u64::from(nth)),
+                };
+                let timings = kvroute_core::Timings {
+                    first_token_ms: first_ms.map(u64::from),
+                    prompt_tokens: prompt,
+                    cached_tokens: cached,
+                    ..Default::default()
+                };
+                let before: Vec<u32> = r.pods().iter().map(|p| p.in_flight).collect();
+                let res = r.first_token(t, timings, Timestamp::from_millis(now));
+                let after: Vec<u32> = r.pods().iter().map(|p| p.in_flight).collect();
+                assert_eq!(before, after, "a first-token report changed a count");
+                assert!(res.is_ok() || !r.is_open(t), "{res:?} for an open ticket");
             }
             Op::Tick { dt } => {
                 now += u64::from(dt);
