@@ -96,9 +96,16 @@ struct StudyArgs {
     /// Arrival spacing: uniform (the study's) or poisson.
     #[arg(long, default_value = "uniform")]
     arrivals: String,
-    /// Do not pass engine snapshots (5 s gauge samples) to the router.
+    /// Do not pass engine snapshots (gauge samples) to the router.
     #[arg(long)]
     no_engine_snapshots: bool,
+    /// How often the engines are sampled and snapshots passed to the router, simulated ms.
+    #[arg(long, default_value_t = 5_000)]
+    snapshot_every_ms: u64,
+    /// What the router is told per request: streaming (first tokens and usage, as a C or Go
+    /// proxy tells it) or total-only (the total time, as kvroute-ext-proc behind Envoy does).
+    #[arg(long, default_value = "streaming")]
+    feedback: String,
     /// The per-pod capacity told to the router (default: --max-num-seqs); least-ttft uses it.
     #[arg(long)]
     router_max_seqs: Option<u32>,
@@ -377,11 +384,20 @@ fn study_cmd(a: StudyArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     };
+    let Some(feedback) = crate::cluster::Feedback::parse(&a.feedback) else {
+        eprintln!(
+            "error: --feedback must be streaming or total-only, got {:?}",
+            a.feedback
+        );
+        return ExitCode::from(2);
+    };
     let mut cfg = crate::study::StudyConfig {
         engine: a.engine.config(),
         variant: a.variant,
         arrivals,
         observe_engines: !a.no_engine_snapshots,
+        snapshot_every_ms: a.snapshot_every_ms,
+        feedback,
         router_max_seqs: a.router_max_seqs,
         ttft_priors: crate::study::scaled_priors(a.prior_scale),
         replicas: a.replicas,

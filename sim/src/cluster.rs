@@ -5,7 +5,8 @@
 //! - Deterministic: the same [`ClusterConfig`], priming calls and arrivals give the same records.
 //! - Every request is routed by [`Router::route`] at its send time and completed with
 //!   [`Router::complete`] (with its timings) when its last token is produced, so the loads the
-//!   strategies see are the real in-flight counts.
+//!   strategies see are the real in-flight counts. What the router is told depends on
+//!   [`Feedback`]: a streaming proxy's view (first tokens and usage) or Envoy's (total time).
 //! - The client holds at most `client_cap` requests in flight; an arrival beyond it is sent when
 //!   a slot frees (TTFT counts from the actual send).
 //! - Every `sample_every_us` the engines' running/waiting gauges are sampled and (unless
@@ -25,6 +26,29 @@ use crate::engine::{Engine, EngineConfig, EngineCounters, TokenEvent};
 use crate::report::{RequestRecord, Slo};
 use crate::tokenizer::tokenize;
 use crate::workload::Arrival;
+
+/// What the router learns about each request, as a given shell would tell it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Feedback {
+    /// A streaming proxy (C or Go shell): [`Router::first_token`] at the first token with the
+    /// prompt and cached tokens, and a completion with every timing.
+    #[default]
+    Streaming,
+    /// `kvroute-ext-proc` behind Envoy: completions carry the total time only; the router
+    /// learns the rest from engine snapshots.
+    TotalOnly,
+}
+
+impl Feedback {
+    /// Parses `streaming` or `total-only`.
+    pub fn parse(s: &str) -> Option<Feedback> {
+        match s {
+            "streaming" => Some(Feedback::Streaming),
+            "total-only" => Some(Feedback::TotalOnly),
+            _ => None,
+        }
+    }
+}
 
 /// What a simulated cluster is made of.
 #[derive(Clone, Debug)]
@@ -52,6 +76,8 @@ pub struct ClusterConfig {
     /// The per-pod capacity told to the router ([`Router::set_pod_capacity`], used by
     /// `least-ttft`); `None` = the engines' `max_num_seqs`, as a shell that knows its pods would.
     pub router_max_seqs: Option<u32>,
+    /// What the router is told about each request.
+    pub feedback: Feedback,
 }
 
 impl Default for ClusterConfig {
@@ -67,6 +93,7 @@ impl Default for ClusterConfig {
             overhead_us: 0,
             observe_engines: true,
             router_max_seqs: None,
+            feedback: Feedback::Streaming,
         }
     }
 }
@@ -393,7 +420,8 @@ impl Cluster {
                     let l = &mut live[id];
                     if l.first_us.is_none() {
                         l.first_us = Some(t);
-                        if let Some(ticket) = l.ticket {
+                        let streaming = self.config.feedback == Feedback::Streaming;
+                        if let (Some(ticket), true) = (l.ticket, streaming) {
                             let first = Timings {
                                 first_token_ms: Some((t - l.sent_us) / 1000),
                                 prompt_tokens: Some(ev.prompt_tokens),
@@ -590,12 +618,19 @@ impl Cluster {
         rec.output_tokens = Some(l.generated);
         rec.judge(&self.config.slo);
         if let Some(ticket) = l.ticket {
-            let timings = Timings {
-                first_token_ms: Some((first - l.sent_us) / 1000),
-                total_ms: Some((t - l.sent_us) / 1000),
-                output_tokens: Some(l.generated),
-                cached_tokens: Some(l.cached),
-                prompt_tokens: Some(l.prompt),
+            let total_ms = Some((t - l.sent_us) / 1000);
+            let timings = match self.config.feedback {
+                Feedback::Streaming => Timings {
+                    first_token_ms: Some((first - l.sent_us) / 1000),
+                    total_ms,
+                    output_tokens: Some(l.generated),
+                    cached_tokens: Some(l.cached),
+                    prompt_tokens: Some(l.prompt),
+                },
+                Feedback::TotalOnly => Timings {
+                    total_ms,
+                    ..Timings::default()
+                },
             };
             let _ = self.router.complete(
                 ticket,

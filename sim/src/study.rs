@@ -9,7 +9,7 @@
 use kvroute_core::{RouterConfig, Strategy, StrategySpec, TtftConfig};
 use serde::Serialize;
 
-use crate::cluster::{Cluster, ClusterConfig, RunResult, SimError};
+use crate::cluster::{Cluster, ClusterConfig, Feedback, RunResult, SimError};
 use crate::engine::EngineConfig;
 use crate::report::PhaseSummary;
 use crate::workload::{
@@ -54,8 +54,12 @@ pub struct StudyConfig {
     /// 0 = the study's salts and router seeds; another value draws others (the family order
     /// stays the round's).
     pub variant: u64,
-    /// Whether the router gets engine snapshots every 5 simulated seconds.
+    /// Whether the router gets engine snapshots (every `snapshot_every_ms`).
     pub observe_engines: bool,
+    /// How often engines are sampled (and snapshots passed to the router), simulated ms.
+    pub snapshot_every_ms: u64,
+    /// What the router is told about each request.
+    pub feedback: Feedback,
     /// The TTFT model's priors (least-ttft); the engine facts (block size, max sequences) are
     /// always taken from [`StudyConfig::engine`].
     pub ttft_priors: TtftConfig,
@@ -82,6 +86,8 @@ impl Default for StudyConfig {
             scenarios: None,
             variant: 0,
             observe_engines: true,
+            snapshot_every_ms: 5_000,
+            feedback: Feedback::Streaming,
             ttft_priors: TtftConfig::default(),
             router_max_seqs: None,
             replicas: 2,
@@ -210,6 +216,8 @@ pub fn run_phase(
             ..RouterConfig::default()
         },
         observe_engines: cfg.observe_engines,
+        sample_every_us: cfg.snapshot_every_ms.max(1) * 1_000,
+        feedback: cfg.feedback,
         router_max_seqs: cfg.router_max_seqs,
         pods: pod_names(cfg.replicas),
         ..ClusterConfig::default()
