@@ -100,7 +100,7 @@ struct StudyArgs {
     #[arg(long)]
     no_engine_snapshots: bool,
     /// How often the engines are sampled and snapshots passed to the router, simulated ms.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     snapshot_every_ms: u64,
     /// What the router is told per request: streaming (first tokens and usage, as a C or Go
     /// proxy tells it) or total-only (the total time, as kvroute-ext-proc behind Envoy does).
