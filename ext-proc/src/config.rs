@@ -150,7 +150,8 @@ pub struct LimitsSection {
 }
 
 /// `[ttft]`: [`kvroute_core::TtftConfig`] field by field; an absent key keeps the core's
-/// default (see `router-core/src/ttft/mod.rs` for the model and every parameter).
+/// default (the model is documented in `router-core/src/ttft/mod.rs`, every parameter in
+/// `router-core/src/ttft/config.rs`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TtftSection {

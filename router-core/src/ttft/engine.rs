@@ -257,7 +257,7 @@ impl PodModel {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{cfg, t};
+    use super::super::test_util::{cfg, t};
     use super::*;
 
     #[test]

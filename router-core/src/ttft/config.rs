@@ -1,0 +1,101 @@
+//! The TTFT model's parameters and priors, validated by the router's configuration.
+
+/// Parameters and priors of the TTFT model. Defaults are vLLM's defaults where a vLLM setting
+/// exists, and round numbers for a mid-size model on one GPU otherwise; configure the engine
+/// facts (`engine_block_tokens`, `max_seqs`) and let the rates be learned.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TtftConfig {
+    /// Prior prompt bytes per engine token (learned from completions that report
+    /// `prompt_tokens`). Default 4.0, typical of English text with BPE tokenizers.
+    pub bytes_per_token: f64,
+    /// The engine's KV block size in tokens: only whole blocks are reused. Default 16 (vLLM);
+    /// the study's hybrid model aligns at 1,568.
+    pub engine_block_tokens: u32,
+    /// Default concurrent sequences per pod (vLLM `--max-num-seqs`, default 256); override per
+    /// pod with [`crate::Router::set_pod_capacity`].
+    pub max_seqs: u32,
+    /// Prior prefill throughput per pod, tokens/s. Default 3,000.
+    pub prefill_tokens_per_s: f64,
+    /// Prior time per output token per pod, ms. Default 50.
+    pub tpot_ms: f64,
+    /// Prior fixed part of TTFT per pod (first decode step, network), ms. Default 50.
+    pub overhead_ms: f64,
+    /// Prior expected output tokens per request. Default 128.
+    pub output_tokens: f64,
+    /// EWMA weight of one sample, in (0, 1]. Default 0.2.
+    pub learning_rate: f64,
+    /// A sample is clamped to `[estimate / r, estimate × r]` before it is learned. Default 3.
+    pub max_sample_ratio: f64,
+    /// Engine snapshots older than this are ignored, ms. Default 2,000.
+    pub snapshot_max_age_ms: u64,
+    /// Costs closer than this tie, ms; ties go to the pod expected to reuse the most engine
+    /// blocks (the index's match corrected by `trust`/`extra`, rounded to whole blocks), then
+    /// the lower load, then the seeded PRNG. Default 300: predictions on a loaded engine are
+    /// good to a few hundred ms, and within that, keeping a prefix where it is cached pays
+    /// later; where several engines hold it, the less loaded one is as good.
+    pub tie_ms: f64,
+    /// How many times its own length a prefill is charged when it stalls a full pod's
+    /// decodes (see the module docs; 0 ranks by predicted TTFT alone). Default 2: the stall
+    /// delays the pod's next free slot, and the request after that one's.
+    pub stall_weight: f64,
+}
+
+impl Default for TtftConfig {
+    fn default() -> Self {
+        TtftConfig {
+            bytes_per_token: 4.0,
+            engine_block_tokens: 16,
+            max_seqs: 256,
+            prefill_tokens_per_s: 3_000.0,
+            tpot_ms: 50.0,
+            overhead_ms: 50.0,
+            output_tokens: 128.0,
+            learning_rate: 0.2,
+            max_sample_ratio: 3.0,
+            snapshot_max_age_ms: 2_000,
+            tie_ms: 300.0,
+            stall_weight: 2.0,
+        }
+    }
+}
+
+impl TtftConfig {
+    /// The name of the first invalid field, if any.
+    pub(crate) fn invalid_field(&self) -> Option<&'static str> {
+        let positive = |v: f64| v.is_finite() && v > 0.0;
+        if !positive(self.bytes_per_token) {
+            return Some("ttft.bytes_per_token");
+        }
+        if self.engine_block_tokens == 0 {
+            return Some("ttft.engine_block_tokens");
+        }
+        if self.max_seqs == 0 {
+            return Some("ttft.max_seqs");
+        }
+        if !positive(self.prefill_tokens_per_s) {
+            return Some("ttft.prefill_tokens_per_s");
+        }
+        if !positive(self.tpot_ms) {
+            return Some("ttft.tpot_ms");
+        }
+        if !(self.overhead_ms.is_finite() && self.overhead_ms >= 0.0) {
+            return Some("ttft.overhead_ms");
+        }
+        if !positive(self.output_tokens) {
+            return Some("ttft.output_tokens");
+        }
+        if !(positive(self.learning_rate) && self.learning_rate <= 1.0) {
+            return Some("ttft.learning_rate");
+        }
+        if !(self.max_sample_ratio.is_finite() && self.max_sample_ratio >= 1.0) {
+            return Some("ttft.max_sample_ratio");
+        }
+        if !(self.tie_ms.is_finite() && self.tie_ms >= 0.0) {
+            return Some("ttft.tie_ms");
+        }
+        if !(self.stall_weight.is_finite() && self.stall_weight >= 0.0) {
+            return Some("ttft.stall_weight");
+        }
+        None
+    }
+}

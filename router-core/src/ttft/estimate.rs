@@ -1,0 +1,366 @@
+//! One pod's predicted TTFT for one request: the replay of its open requests through its
+//! sequence slots and FCFS prefill (the model in the [`super`] docs), and the commit of a routed
+//! request to its pod.
+
+use super::{GlobalModel, OpenRequest, PodModel, TtftConfig};
+use crate::ids::Ticket;
+use crate::time::Timestamp;
+
+/// The share of a typical decode a request is still assumed to need once it has outlived its
+/// predicted end (it is running long, so its remaining time is uncertain, not zero).
+const OVERRUN_TAIL: f64 = 0.4;
+
+/// The `extra` assumed for a pod no sample has spoken for yet (see the module docs).
+const UNSAMPLED_EXTRA: f64 = 0.5;
+
+/// The most unseen requests (engine queue minus this router's own) one snapshot can add to an
+/// estimate. The replay is linear in them; beyond a few thousand queued requests the pod is
+/// hopeless anyway, and a corrupt snapshot (`waiting = 4e9`) must not cost seconds per route.
+const MAX_UNSEEN: u32 = 4_096;
+
+/// One pod's predicted TTFT for one request.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Estimate {
+    pub(crate) ttft_ms: f64,
+    /// What the prefill's stall of the pod's running decodes is charged, ms (module docs).
+    pub(crate) stall_ms: f64,
+    /// Time before this request's prefill can start (slot wait and prefill backlog), ms.
+    pub(crate) queue_ms: f64,
+    /// Tokens the engine is expected to reuse (index match corrected by what was learned).
+    pub(crate) cached_tokens: f64,
+    /// Tokens the index alone says are cached (whole engine blocks).
+    pub(crate) indexed_tokens: f64,
+    pub(crate) uncached_tokens: f64,
+}
+
+impl Estimate {
+    /// What `least-ttft` minimises.
+    pub(crate) fn cost_ms(&self) -> f64 {
+        self.ttft_ms + self.stall_ms
+    }
+}
+
+/// What a request looks like to the model.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Job {
+    pub(crate) prompt_tokens: f64,
+    pub(crate) matched_bytes: f64,
+}
+
+/// Predicts the TTFT of `job` on the pod by replaying the pod's open requests through its
+/// sequence slots and FCFS prefill with the current learned rates (so a wrong earlier guess
+/// does not stick): each open request takes the earliest free slot at or after its issue time,
+/// prefills after the requests before it (or until its reported first token), then decodes; one
+/// still open past that is assumed to need [`OVERRUN_TAIL`] of a decode more, or as long again
+/// as it has overrun. A fresh engine snapshot adds the requests the router did not route,
+/// as half-done. The new request then takes the next slot and prefills after all of them,
+/// stalling the requests still decoding then. `scratch` is reused space for the slot heap.
+pub(crate) fn estimate(
+    pod: &PodModel,
+    global: &GlobalModel,
+    cfg: &TtftConfig,
+    job: Job,
+    now: Timestamp,
+    scratch: &mut Vec<u64>,
+) -> Estimate {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
+
+    let block = f64::from(cfg.engine_block_tokens);
+    let matched_tokens = (job.matched_bytes / global.bytes_per_token.get()).min(job.prompt_tokens);
+    let indexed = (matched_tokens / block).floor() * block;
+    let reusable = (job.prompt_tokens / block).floor() * block;
+    let extra = if pod.may_probe() {
+        UNSAMPLED_EXTRA
+    } else {
+        pod.extra.get()
+    };
+    let expected =
+        (pod.trust.get() * indexed + extra * (job.prompt_tokens - indexed)).min(reusable);
+    let uncached = (job.prompt_tokens - expected).max(0.0);
+    let tpot = pod.tpot_ms.get();
+    let decode_ms = (global.output_tokens.get() - 1.0).max(0.0) * tpot;
+    let prefill_ms = |tokens: f64| tokens / pod.prefill_tps.get() * 1_000.0;
+    let now_ms = now.as_millis() as f64;
+    // A request still open after its predicted end has run long; assume it needs a further
+    // OVERRUN_TAIL of a typical decode (or its overrun so far, below) rather than ending now.
+    let tail_ms = OVERRUN_TAIL * decode_ms + tpot;
+
+    let unseen = pod
+        .engine
+        .filter(|e| now.millis_since(e.at) <= cfg.snapshot_max_age_ms)
+        .map_or(0, |engine| {
+            engine
+                .snapshot
+                .running
+                .saturating_add(engine.snapshot.waiting)
+                .saturating_sub(engine.own_open)
+                .min(MAX_UNSEEN)
+        });
+
+    // Slot-free times, as a min-heap of whole microseconds. The replay takes a slot
+    // `open + unseen + 1` times and every slot taken is given back later than now, so free
+    // slots beyond that many are never reached: the heap holds at most that many (the same
+    // result as `capacity` free slots, at a cost independent of the capacity).
+    let takes = pod.open.len() + unseen as usize + 1;
+    scratch.clear();
+    scratch.resize((pod.capacity() as usize).min(takes), 0);
+    let mut slots: BinaryHeap<Reverse<u64>> =
+        std::mem::take(scratch).into_iter().map(Reverse).collect();
+    let take_slot = |slots: &mut BinaryHeap<Reverse<u64>>| {
+        slots.pop().map_or(0.0, |Reverse(us)| us as f64 / 1_000.0)
+    };
+    let mut prefill_free = 0.0f64;
+    for o in &pod.open {
+        let start = take_slot(&mut slots).max(o.issued.as_millis() as f64);
+        let prefill_end = match o.first_token {
+            Some(at) => at.as_millis() as f64,
+            None => start.max(prefill_free) + prefill_ms(o.uncached_tokens),
+        };
+        prefill_free = prefill_free.max(prefill_end);
+        let predicted_end = prefill_end + decode_ms;
+        let overrun = (now_ms - predicted_end).max(0.0);
+        let end = predicted_end.max(now_ms + tail_ms.max(overrun));
+        slots.push(Reverse((end * 1_000.0) as u64));
+    }
+    for _ in 0..unseen {
+        let end = take_slot(&mut slots).max(now_ms) + decode_ms / 2.0;
+        slots.push(Reverse((end * 1_000.0) as u64));
+    }
+    let start = take_slot(&mut slots).max(now_ms).max(prefill_free);
+    let start_us = (start * 1_000.0) as u64;
+    let decoding = slots.iter().filter(|Reverse(end)| *end > start_us).count();
+    *scratch = slots.into_iter().map(|Reverse(us)| us).collect();
+    let queue_ms = start - now_ms;
+    let own_prefill_ms = prefill_ms(uncached);
+    let ttft_ms = queue_ms + pod.overhead_ms.get() + own_prefill_ms;
+    let stall_ms = cfg.stall_weight * own_prefill_ms * decoding as f64 / f64::from(pod.capacity());
+    Estimate {
+        ttft_ms,
+        stall_ms,
+        queue_ms,
+        cached_tokens: expected,
+        indexed_tokens: indexed,
+        uncached_tokens: uncached,
+    }
+}
+
+/// Commits a routed request to its pod's open requests.
+pub(crate) fn commit(
+    pod: &mut PodModel,
+    ticket: Ticket,
+    est: &Estimate,
+    job: &Job,
+    prompt_bytes: f64,
+    now: Timestamp,
+    cfg: &TtftConfig,
+) {
+    let r = &mut pod.routed;
+    r.prompt_bytes += prompt_bytes;
+    r.indexed_tokens += est.indexed_tokens;
+    r.unindexed_tokens += (job.prompt_tokens - est.indexed_tokens).max(0.0);
+    pod.open
+        .push(OpenRequest::new(ticket, now, est.uncached_tokens));
+    let unindexed = job.prompt_tokens - est.indexed_tokens;
+    if pod.may_probe() && unindexed >= f64::from(cfg.engine_block_tokens) {
+        pod.probe = Some(ticket);
+    }
+    pod.predicted_hit_tokens += est.cached_tokens as u64;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::{cfg, known_pod, t};
+    use super::super::*;
+    use super::*;
+
+    #[test]
+    fn cached_tokens_count_whole_engine_blocks_only() {
+        let c = cfg();
+        let (pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
+        // 5,000-token prompt; the index matched 4,977 tokens' worth: 3 whole blocks = 4,704.
+        let job = Job {
+            prompt_tokens: 5_000.0,
+            matched_bytes: 4_977.0 * 5.6,
+        };
+        let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(e.cached_tokens, 4_704.0);
+        assert_eq!(e.uncached_tokens, 296.0);
+        assert_eq!(e.queue_ms, 0.0);
+        assert!((e.ttft_ms - (50.0 + 296.0 / 3.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_full_pod_waits_for_its_earliest_slot_and_prefill_is_fcfs() {
+        // max_seqs 2, prefill 3,000 tokens/s, 127 decode tokens at 50 ms = 6,350 ms.
+        let c = cfg();
+        let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
+        let open = |n, issued, uncached| OpenRequest::new(Ticket(n), t(issued), uncached);
+        // Two requests routed at 0: the first prefills 3,000 tokens (1 s), the second none.
+        pod.open = vec![open(1, 0, 3_000.0), open(2, 0, 0.0)];
+        let job = Job {
+            prompt_tokens: 3_000.0,
+            matched_bytes: 0.0,
+        };
+        let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
+        assert_eq!(e.queue_ms, 6_350.0, "both slots free at 1,000 + 6,350");
+        assert_eq!(e.ttft_ms, 6_350.0 + 50.0 + 1_000.0);
+        pod.max_seqs = 3;
+        let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
+        assert_eq!(
+            e.queue_ms, 0.0,
+            "a free slot, and earlier prefills are done by 1,000"
+        );
+        pod.max_seqs = 4;
+        pod.open.push(open(3, 900, 3_000.0));
+        let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
+        assert_eq!(
+            e.queue_ms, 1_000.0,
+            "FCFS prefill: request 1 until 1,000, then the one routed at 900 until 2,000"
+        );
+        // A request still open past its predicted end (6,350) holds its slot for 40% of a
+        // decode more (0.4 × 6,350 + one token of 50), or for as long again as it has
+        // overrun, whichever is longer.
+        pod.max_seqs = 1;
+        pod.open = vec![open(4, 0, 0.0)];
+        let e = estimate(&pod, &g, &c, job, t(7_000), &mut Vec::new());
+        assert_eq!(e.queue_ms, 2_590.0);
+        let e = estimate(&pod, &g, &c, job, t(20_000), &mut Vec::new());
+        assert_eq!(e.queue_ms, 13_650.0);
+        // Once its first token is reported, its prefill is over there and its decode is
+        // predicted from then: routed at 0, first token at 3,000, decode ends at 9,350.
+        pod.first_token(Ticket(4), t(3_000));
+        let e = estimate(&pod, &g, &c, job, t(4_000), &mut Vec::new());
+        assert_eq!(e.queue_ms, 5_350.0);
+    }
+
+    #[test]
+    fn a_prefill_is_charged_for_the_decodes_it_stalls() {
+        // max_seqs 2, prefill 3,000 tokens/s: a 3,000-token prefill lasts 1,000 ms.
+        let c = cfg();
+        let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
+        let job = Job {
+            prompt_tokens: 3_000.0,
+            matched_bytes: 0.0,
+        };
+        let idle = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(idle.stall_ms, 0.0, "nothing to stall on an idle pod");
+        // One request decoding (routed at 0, no prefill left): half the slots are busy when the
+        // new prefill starts, so it is charged stall_weight (2) × 1,000 ms × 1/2.
+        pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0)];
+        let busy = estimate(&pod, &g, &c, job, t(100), &mut Vec::new());
+        assert_eq!(busy.queue_ms, 0.0);
+        assert_eq!(busy.stall_ms, 1_000.0);
+        assert_eq!(busy.cost_ms(), busy.ttft_ms + 1_000.0);
+        // A fully cached prompt stalls nothing, and a zero weight turns the charge off.
+        let cached = Job {
+            prompt_tokens: 3_136.0,
+            matched_bytes: 3_136.0 * 5.6,
+        };
+        assert_eq!(
+            estimate(&pod, &g, &c, cached, t(100), &mut Vec::new()).stall_ms,
+            0.0
+        );
+        let off = TtftConfig {
+            stall_weight: 0.0,
+            ..cfg()
+        };
+        assert_eq!(
+            estimate(&pod, &g, &off, job, t(100), &mut Vec::new()).stall_ms,
+            0.0
+        );
+    }
+
+    #[test]
+    fn fresh_snapshots_add_unseen_load_and_stale_ones_are_ignored() {
+        let c = cfg();
+        let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
+        pod.engine = Some(ObservedEngine {
+            snapshot: EngineSnapshot {
+                running: 2,
+                waiting: 1,
+                ..Default::default()
+            },
+            at: t(0),
+            own_open: 0,
+        });
+        let job = Job {
+            prompt_tokens: 100.0,
+            matched_bytes: 0.0,
+        };
+        assert!(estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new()).queue_ms > 0.0);
+        assert_eq!(
+            estimate(&pod, &g, &c, job, t(2_001), &mut Vec::new()).queue_ms,
+            0.0
+        );
+    }
+
+    #[test]
+    fn snapshot_load_the_router_routed_is_not_counted_twice() {
+        let c = cfg(); // max_seqs 2
+        let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let open = |n| OpenRequest::new(Ticket(n), t(0), 0.0);
+        pod.open = vec![open(1), open(2)];
+        // The engine shows exactly the router's two requests.
+        pod.observe(
+            EngineSnapshot {
+                running: 2,
+                ..Default::default()
+            },
+            t(0),
+            &c,
+        );
+        // One completes: a slot is free, with no phantom request left in its place.
+        pod.forget_ticket(Ticket(1));
+        let job = Job {
+            prompt_tokens: 100.0,
+            matched_bytes: 0.0,
+        };
+        assert_eq!(
+            estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms,
+            0.0
+        );
+        // A request routed after the snapshot fills the slot once, not twice.
+        pod.open.push(open(3));
+        let busy = estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms;
+        pod.engine = None;
+        assert_eq!(
+            estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms,
+            busy
+        );
+    }
+
+    #[test]
+    fn an_unknown_pod_is_probed_one_request_at_a_time() {
+        let c = cfg();
+        let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let job = Job {
+            prompt_tokens: 5_000.0,
+            matched_bytes: 0.0,
+        };
+        let cached =
+            |pod: &PodModel| estimate(pod, &g, &c, job, t(0), &mut Vec::new()).cached_tokens;
+        assert_eq!(cached(&pod), 2_500.0, "nothing known: half assumed cached");
+        // The first request routed there with a block or more unindexed is the probe; until it
+        // answers, the next ones do not count on the pod being warm.
+        let probe = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        commit(&mut pod, Ticket(1), &probe, &job, 28_000.0, t(0), &c);
+        assert_eq!(pod.probe, Some(Ticket(1)));
+        assert_eq!(cached(&pod), 0.0);
+        let second = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        commit(&mut pod, Ticket(2), &second, &job, 28_000.0, t(0), &c);
+        assert_eq!(pod.probe, Some(Ticket(1)), "one probe at a time");
+        // Its first token ends the probe; without a reuse sample the pod is still unknown.
+        pod.first_token(Ticket(1), t(1_500));
+        assert_eq!(pod.probe, None);
+        assert_eq!(cached(&pod), 2_500.0);
+        // A sample settles it.
+        let mut sampled = pod.clone();
+        sampled.learn_reuse(0.0, 0.0, 5_000.0, &c);
+        assert_eq!(cached(&sampled), 0.0);
+        // Completions without cached tokens (behind Envoy) cannot answer: no probing.
+        pod.cached_tokens = Reports::Missing;
+        assert_eq!(cached(&pod), 0.0);
+        assert!(!pod.may_probe());
+    }
+}

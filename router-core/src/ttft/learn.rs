@@ -1,0 +1,203 @@
+//! What one request teaches the model: at its first token (the prompt side) and at its
+//! completion (the decode side), per the sample rules in the [`super`] docs.
+
+use super::{GlobalModel, PodModel, TtftConfig};
+
+/// What the router remembers about a routed request, for learning at completion.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(crate) struct TicketContext {
+    pub(crate) prompt_bytes: f64,
+    pub(crate) queue_ms: f64,
+    pub(crate) uncached_tokens: f64,
+    pub(crate) indexed_tokens: f64,
+    /// Whether [`learn_first_token`] has run for it (its completion then skips those samples).
+    pub(crate) first_token_seen: bool,
+}
+
+/// Learns from one successful completion (see the module docs for which samples count). The
+/// prompt-side samples (bytes per token, `trust`/`extra`, prefill rate or overhead) are
+/// skipped when the request's first token already taught them ([`learn_first_token`]).
+pub(crate) fn learn(
+    pod: &mut PodModel,
+    global: &mut GlobalModel,
+    cfg: &TtftConfig,
+    ctx: &TicketContext,
+    timings: &crate::tickets::Timings,
+) {
+    if let Some(out) = timings.output_tokens {
+        global.output_tokens.learn(f64::from(out), cfg);
+    }
+    if let (Some(first), Some(total), Some(out)) = (
+        timings.first_token_ms,
+        timings.total_ms,
+        timings.output_tokens,
+    ) {
+        if out >= 2 && total > first {
+            pod.tpot_ms
+                .learn((total - first) as f64 / f64::from(out - 1), cfg);
+        }
+    }
+    if !ctx.first_token_seen {
+        learn_first_token(pod, global, cfg, ctx, timings);
+    }
+}
+
+/// Learns what a request's first token tells (see the module docs): whether completions carry
+/// first-token times, prompt and cached tokens; bytes per token; `trust` and `extra`; and the
+/// pod's prefill rate or overhead. Only `first_token_ms`, `prompt_tokens` and `cached_tokens`
+/// of `timings` are read.
+pub(crate) fn learn_first_token(
+    pod: &mut PodModel,
+    global: &mut GlobalModel,
+    cfg: &TtftConfig,
+    ctx: &TicketContext,
+    timings: &crate::tickets::Timings,
+) {
+    pod.first_tokens.note(timings.first_token_ms.is_some());
+    pod.cached_tokens
+        .note(timings.prompt_tokens.is_some() && timings.cached_tokens.is_some());
+    global.prompt_tokens.note(timings.prompt_tokens.is_some());
+    if let (Some(tokens), true) = (timings.prompt_tokens, ctx.prompt_bytes > 0.0) {
+        global
+            .bytes_per_token
+            .learn(ctx.prompt_bytes / f64::from(tokens.max(1)), cfg);
+    }
+    if let (Some(prompt), Some(cached)) = (timings.prompt_tokens, timings.cached_tokens) {
+        let (prompt, cached) = (f64::from(prompt), f64::from(cached));
+        let indexed = ctx.indexed_tokens.min(prompt);
+        pod.learn_reuse(cached, indexed, prompt - indexed, cfg);
+    }
+    let Some(first) = timings.first_token_ms else {
+        return;
+    };
+    if ctx.queue_ms > 0.0 {
+        return;
+    }
+    let uncached = match (timings.prompt_tokens, timings.cached_tokens) {
+        (Some(p), Some(c)) => f64::from(p.saturating_sub(c)),
+        _ => ctx.uncached_tokens,
+    };
+    let first = first as f64;
+    if uncached < f64::from(cfg.engine_block_tokens) {
+        pod.overhead_ms.learn(first.max(1.0), cfg);
+    } else {
+        let prefill_ms = first - pod.overhead_ms.get();
+        if prefill_ms > 1.0 {
+            pod.prefill_tps.learn(uncached / prefill_ms * 1_000.0, cfg);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_util::{cfg, known_pod, t};
+    use super::super::*;
+    use super::*;
+
+    #[test]
+    fn completions_teach_how_far_the_index_is_from_the_engine() {
+        let c = cfg();
+        let (mut pod, mut g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let job = Job {
+            prompt_tokens: 5_000.0,
+            matched_bytes: 0.0,
+        };
+        // Nothing is known of the pod yet: half of what the index does not know is assumed
+        // cached (whole blocks aside), so that a warm pod gets tried.
+        let unknown = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(unknown.cached_tokens, 2_500.0);
+        let cold = estimate(&known_pod(&c), &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(cold.cached_tokens, 0.0);
+        // The index knew nothing, yet the engine reused 4,704 tokens (a warm engine).
+        let ctx = TicketContext {
+            prompt_bytes: 28_000.0,
+            indexed_tokens: 0.0,
+            ..Default::default()
+        };
+        let surprise = crate::tickets::Timings {
+            prompt_tokens: Some(5_000),
+            cached_tokens: Some(4_704),
+            ..Default::default()
+        };
+        for _ in 0..10 {
+            learn(&mut pod, &mut g, &c, &ctx, &surprise);
+        }
+        let warm = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert!(warm.cached_tokens > 3_500.0, "{warm:?}");
+        assert!(warm.ttft_ms < cold.ttft_ms / 2.0);
+        // The index promised 4,704 tokens and the engine had none (it evicted them).
+        let (mut pod, mut g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let ctx = TicketContext {
+            indexed_tokens: 4_704.0,
+            ..ctx
+        };
+        let evicted = crate::tickets::Timings {
+            prompt_tokens: Some(5_000),
+            cached_tokens: Some(0),
+            ..Default::default()
+        };
+        learn(&mut pod, &mut g, &c, &ctx, &evicted);
+        assert_eq!(pod.trust.get(), 0.0, "the first sample replaces the prior");
+        let kept = crate::tickets::Timings {
+            cached_tokens: Some(4_704),
+            ..evicted
+        };
+        learn(&mut pod, &mut g, &c, &ctx, &kept);
+        assert!(
+            (pod.trust.get() - 0.5).abs() < 1e-9,
+            "the second weighs half"
+        );
+        for _ in 0..3 {
+            learn(&mut pod, &mut g, &c, &ctx, &kept);
+        }
+        assert!(
+            (pod.trust.get() - 0.8).abs() < 1e-9,
+            "the fifth and later move it by the learning rate (1/5 = 0.2)"
+        );
+    }
+
+    #[test]
+    fn learning_recovers_from_a_wrong_prior_and_resists_outliers() {
+        let c = TtftConfig {
+            prefill_tokens_per_s: 1_500.0,
+            overhead_ms: 0.0,
+            ..cfg()
+        };
+        let (mut pod, mut g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let ctx = TicketContext {
+            prompt_bytes: 28_000.0,
+            queue_ms: 0.0,
+            uncached_tokens: 3_000.0,
+            ..Default::default()
+        };
+        let timings = |first| crate::tickets::Timings {
+            first_token_ms: Some(first),
+            ..Default::default()
+        };
+        for _ in 0..30 {
+            learn(&mut pod, &mut g, &c, &ctx, &timings(1_000)); // truth: 3,000 tokens/s
+        }
+        assert!(
+            (pod.prefill_tps.get() - 3_000.0).abs() < 30.0,
+            "{}",
+            pod.prefill_tps.get()
+        );
+        learn(&mut pod, &mut g, &c, &ctx, &timings(1)); // absurd outlier
+        assert!(
+            pod.prefill_tps.get() < 3_000.0 * 1.5,
+            "one outlier moved the estimate to {}",
+            pod.prefill_tps.get()
+        );
+        let waited = TicketContext {
+            queue_ms: 500.0,
+            ..ctx
+        };
+        let before = pod.prefill_tps.get();
+        learn(&mut pod, &mut g, &c, &waited, &timings(5_000));
+        assert_eq!(
+            pod.prefill_tps.get(),
+            before,
+            "queued requests say nothing about prefill speed"
+        );
+    }
+}
