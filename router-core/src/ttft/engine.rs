@@ -1,5 +1,5 @@
 //! What the TTFT model takes from engine snapshots: the engine's own load (see
-//! [`super::estimate`]) and, where completions do not report them, the pod's rates, cache
+//! [`super::estimate()`]) and, where completions do not report them, the pod's rates, cache
 //! reuse and the bytes per token, learned from the engine's cumulative counters (module docs
 //! of [`super`]).
 
@@ -148,7 +148,7 @@ impl PodModel {
     /// snapshots that show no waiting request (so every request routed before each of them
     /// had been scheduled, transit aside) and over at least `MIN_ENGINE_PREFILLS` engine
     /// blocks of prompt tokens: learns `trust` (hits on the indexed tokens) and `extra` (hits
-    /// beyond them) from the engine's prefix-cache hits as [`learn`] does per request, and
+    /// beyond them) from the engine's prefix-cache hits as [`super::learn()`] does per request, and
     /// returns the prompt bytes per scheduled token for the router-wide estimate.
     fn learn_from_routed(&mut self, s: &EngineSnapshot, cfg: &TtftConfig) -> Option<f64> {
         let (queries, hits) = (s.prefix_queries?, s.prefix_hits?);
