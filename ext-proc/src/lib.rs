@@ -7,7 +7,7 @@
 //! the side stream at the end of the response.
 //!
 //! Shape (linkerd2-proxy style): `main` parses flags ([`cli`]), loads the configuration
-//! ([`config`], [`env`]), sets up logging, builds the runtime and calls
+//! ([`config`], [`mod@env`]), sets up logging, builds the runtime and calls
 //! [`run`]`(config, source, shutdown)`, which binds the listeners, serves until the shutdown
 //! future completes and drains within the grace period.
 //!
