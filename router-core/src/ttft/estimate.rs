@@ -10,7 +10,7 @@ use crate::time::Timestamp;
 /// predicted end (it is running long, so its remaining time is uncertain, not zero).
 const OVERRUN_TAIL: f64 = 0.4;
 
-/// The `extra` assumed for a pod no sample has spoken for yet (see the module docs).
+/// The `extra` assumed for a pod no sample has spoken for yet (see the [`super`] docs).
 const UNSAMPLED_EXTRA: f64 = 0.5;
 
 /// The most unseen requests (engine queue minus this router's own) one snapshot can add to an
@@ -22,7 +22,7 @@ const MAX_UNSEEN: u32 = 4_096;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Estimate {
     pub(crate) ttft_ms: f64,
-    /// What the prefill's stall of the pod's running decodes is charged, ms (module docs).
+    /// What the prefill's stall of the pod's running decodes is charged, ms ([`super`] docs).
     pub(crate) stall_ms: f64,
     /// Time before this request's prefill can start (slot wait and prefill backlog), ms.
     pub(crate) queue_ms: f64,
