@@ -14,7 +14,7 @@ pub(crate) struct TicketContext {
     pub(crate) first_token_seen: bool,
 }
 
-/// Learns from one successful completion (see the module docs for which samples count). The
+/// Learns from one successful completion (see the [`super`] docs for which samples count). The
 /// prompt-side samples (bytes per token, `trust`/`extra`, prefill rate or overhead) are
 /// skipped when the request's first token already taught them ([`learn_first_token`]).
 pub(crate) fn learn(
@@ -42,7 +42,7 @@ pub(crate) fn learn(
     }
 }
 
-/// Learns what a request's first token tells (see the module docs): whether completions carry
+/// Learns what a request's first token tells (see the [`super`] docs): whether completions carry
 /// first-token times, prompt and cached tokens; bytes per token; `trust` and `extra`; and the
 /// pod's prefill rate or overhead. Only `first_token_ms`, `prompt_tokens` and `cached_tokens`
 /// of `timings` are read.
