@@ -35,8 +35,8 @@ pub struct TtftConfig {
     /// later; where several engines hold it, the less loaded one is as good.
     pub tie_ms: f64,
     /// How many times its own length a prefill is charged when it stalls a full pod's
-    /// decodes (see the model in `ttft/mod.rs`; 0 ranks by predicted TTFT alone). Default 2: the stall
-    /// delays the pod's next free slot, and the request after that one's.
+    /// decodes (see the model in `ttft/mod.rs`; 0 ranks by predicted TTFT alone). Default 2:
+    /// the stall delays the pod's next free slot, and the request after that one's.
     pub stall_weight: f64,
 }
 
