@@ -132,6 +132,17 @@ pub struct TicketStats {
     pub rejected: u64,
 }
 
+/// Counts a report for a ticket that is not open (`next` = the next ticket to be issued) and
+/// says why.
+fn reject(stats: &mut TicketStats, next: u64, ticket: Ticket) -> TicketError {
+    stats.rejected += 1;
+    if ticket.0 >= next {
+        TicketError::NeverIssued(ticket)
+    } else {
+        TicketError::NotOpen(ticket)
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct TicketTable {
     open: BTreeMap<u64, OpenTicket>,
@@ -165,28 +176,16 @@ impl TicketTable {
     pub(crate) fn take(&mut self, ticket: Ticket) -> Result<OpenTicket, TicketError> {
         match self.open.remove(&ticket.0) {
             Some(t) => Ok(t),
-            None => Err(self.reject(ticket)),
+            None => Err(reject(&mut self.stats, self.next, ticket)),
         }
     }
 
     /// The open ticket, to update its context; errors as [`TicketTable::take`] (counted as a
     /// rejection).
     pub(crate) fn get_mut(&mut self, ticket: Ticket) -> Result<&mut OpenTicket, TicketError> {
-        if !self.open.contains_key(&ticket.0) {
-            return Err(self.reject(ticket));
-        }
-        self.open
-            .get_mut(&ticket.0)
-            .ok_or(TicketError::NotOpen(ticket))
-    }
-
-    /// Counts a report for a ticket that is not open and says why.
-    fn reject(&mut self, ticket: Ticket) -> TicketError {
-        self.stats.rejected += 1;
-        if ticket.0 >= self.next {
-            TicketError::NeverIssued(ticket)
-        } else {
-            TicketError::NotOpen(ticket)
+        match self.open.get_mut(&ticket.0) {
+            Some(t) => Ok(t),
+            None => Err(reject(&mut self.stats, self.next, ticket)),
         }
     }
 
