@@ -47,7 +47,7 @@ fn reply(
             })
         }
         Request::RequestTrailers(_) => respond::continue_trailers(true),
-        Request::ResponseHeaders(_) => respond::response_headers(Vec::new()),
+        Request::ResponseHeaders(_) => respond::response_headers(Vec::new(), false),
         Request::ResponseBody(_) => respond::continue_body(false),
         Request::ResponseTrailers(_) => respond::continue_trailers(false),
     })

@@ -27,6 +27,8 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_millis(1000);
 /// Default time one scrape may take.
 pub const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Default `[stream_timing] max_streams`.
+pub const DEFAULT_MAX_TIMED_STREAMS: usize = 4;
 
 /// Why a configuration was rejected. On reload the old configuration stays in force.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +94,9 @@ pub struct FileConfig {
     /// `[engine_metrics]`: scraping the pods' vLLM `/metrics`.
     #[serde(default)]
     pub engine_metrics: EngineMetricsSection,
+    /// `[stream_timing]`: timing a few streaming responses through kvroute.
+    #[serde(default)]
+    pub stream_timing: StreamTimingSection,
     /// `[models.<name>]`: the pods serving each model.
     #[serde(default)]
     pub models: BTreeMap<String, ModelSection>,
@@ -205,6 +210,17 @@ impl TtftSection {
     }
 }
 
+/// `[stream_timing]`: how many streaming responses at once kvroute has Envoy pass through it
+/// chunk by chunk, to learn their first token's time and their usage
+/// ([`crate::stream_timing`]; needs `allow_mode_override: true` on Envoy's ext_proc filter, as
+/// shipped).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StreamTimingSection {
+    /// Most responses timed at once (default 4; 0 turns timing off).
+    pub max_streams: Option<usize>,
+}
+
 /// `[engine_metrics]`: how each pod's `http://<address>/metrics` is scraped.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -278,6 +294,8 @@ pub struct Config {
     pub scrape_interval: Option<Duration>,
     /// Time one scrape may take.
     pub scrape_timeout: Duration,
+    /// Most streaming responses timed through kvroute at once (0 = none).
+    pub max_timed_streams: usize,
 }
 
 impl Config {
@@ -429,6 +447,10 @@ pub fn build(
         shutdown_grace,
         scrape_interval,
         scrape_timeout,
+        max_timed_streams: file
+            .stream_timing
+            .max_streams
+            .unwrap_or(DEFAULT_MAX_TIMED_STREAMS),
     })
 }
 

@@ -12,7 +12,8 @@
 //! future completes and drains within the grace period.
 //!
 //! Modules: [`service`] (gRPC service) → [`stream`] (per-request state machine) →
-//! [`extract`] (prompt), [`respond`] (replies), [`ticket_guard`] (exactly-once release);
+//! [`extract`] (prompt), [`respond`] (replies), [`ticket_guard`] (exactly-once release),
+//! [`stream_timing`] (first token and usage of a few streamed responses);
 //! [`shared`] (router + settings), [`metrics`], [`admin`], [`maintenance`] (router timers),
 //! [`reload`] (SIGHUP / file change), [`scrape`] (engine `/metrics` → the core), [`shutdown`], [`envoy_config`] (Envoy YAML).
 
@@ -34,6 +35,7 @@ pub mod service;
 pub mod shared;
 pub mod shutdown;
 pub mod stream;
+pub mod stream_timing;
 pub mod ticket_guard;
 
 use std::future::Future;

@@ -37,6 +37,7 @@ pub struct Metrics {
     release_errors: Counter,
     reloads: Family<Labels, Counter>,
     scrape_errors: Family<Labels, Counter>,
+    timed_responses: Counter,
 }
 
 impl Metrics {
@@ -54,6 +55,7 @@ impl Metrics {
             release_errors: Counter::default(),
             reloads: Family::default(),
             scrape_errors: Family::default(),
+            timed_responses: Counter::default(),
         };
         registry.register(
             "aibrix_prefix_cache_routing_latency_seconds",
@@ -89,6 +91,11 @@ impl Metrics {
             "kvroute_engine_scrape_errors",
             "Failed scrapes of a pod's engine /metrics (timeout, connection, status, no vLLM metrics)",
             m.scrape_errors.clone(),
+        );
+        registry.register(
+            "kvroute_timed_responses",
+            "Streaming responses whose body Envoy was asked to pass through kvroute, to time their first token and read their usage",
+            m.timed_responses.clone(),
         );
         registry.register_collector(Box::new(RouterCollector { router, engines }));
         m
@@ -133,6 +140,11 @@ impl Metrics {
         self.scrape_errors
             .get_or_create(&vec![("pod", pod.to_owned())])
             .inc();
+    }
+
+    /// A response is timed (its body streamed through kvroute).
+    pub fn response_timed(&self) {
+        self.timed_responses.inc();
     }
 
     /// A reload finished (`result`: ok, error).

@@ -8,6 +8,7 @@
 use envoy_types::pb::envoy::config::core::v3::{
     header_value_option::HeaderAppendAction, HeaderValue, HeaderValueOption,
 };
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::ProcessingMode;
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_response::Response, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse,
@@ -144,8 +145,9 @@ pub fn continue_trailers(request: bool) -> ProcessingResponse {
 }
 
 /// Client response headers: `target-pod`, `target-pod-ip`, `routing-strategy`, `request-id`,
-/// `x-kvroute-decision` (each only when known).
-pub fn response_headers(headers: Vec<HeaderValueOption>) -> ProcessingResponse {
+/// `x-kvroute-decision` (each only when known). With `stream_body`, also asks Envoy to send the
+/// response body through kvroute chunk by chunk ([`stream_body_mode`]).
+pub fn response_headers(headers: Vec<HeaderValueOption>, stream_body: bool) -> ProcessingResponse {
     let common = CommonResponse {
         header_mutation: mutation(headers),
         ..Default::default()
@@ -154,7 +156,26 @@ pub fn response_headers(headers: Vec<HeaderValueOption>) -> ProcessingResponse {
         response: Some(Response::ResponseHeaders(HeadersResponse {
             response: Some(common),
         })),
+        mode_override: stream_body.then(stream_body_mode),
         ..Default::default()
+    }
+}
+
+/// The processing mode for the rest of a timed response ([`crate::stream_timing`]): the body
+/// STREAMED (each chunk to kvroute and back), trailers SEND as in the shipped configuration
+/// (the side stream stays open until the response ends); the request fields repeat the
+/// shipped configuration (the request is over by then).
+pub fn stream_body_mode() -> ProcessingMode {
+    use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::{
+        BodySendMode, HeaderSendMode,
+    };
+    ProcessingMode {
+        request_header_mode: HeaderSendMode::Send as i32,
+        response_header_mode: HeaderSendMode::Send as i32,
+        request_body_mode: BodySendMode::Buffered as i32,
+        response_body_mode: BodySendMode::Streamed as i32,
+        request_trailer_mode: HeaderSendMode::Skip as i32,
+        response_trailer_mode: HeaderSendMode::Send as i32,
     }
 }
 

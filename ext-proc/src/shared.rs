@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::scrape::EngineTable;
+use crate::stream_timing::StreamBudget;
 
 /// The settings a request reads, swapped as a whole on reload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +30,11 @@ pub struct RequestSettings {
     pub scrape_interval: Option<std::time::Duration>,
     /// Time one scrape may take.
     pub scrape_timeout: std::time::Duration,
+    /// Most responses timed at once ([`crate::stream_timing`]; 0 = none).
+    pub max_timed_streams: usize,
+    /// The engines' KV block size in tokens (`[ttft] engine_block_tokens`): a request predicted
+    /// to prefill at least this many is a cold prefill for [`crate::stream_timing::budget_for`].
+    pub engine_block_tokens: u32,
 }
 
 impl RequestSettings {
@@ -42,6 +48,8 @@ impl RequestSettings {
                 .or_else(|| c.models.keys().next().cloned()),
             scrape_interval: c.scrape_interval,
             scrape_timeout: c.scrape_timeout,
+            max_timed_streams: c.max_timed_streams,
+            engine_block_tokens: c.router.ttft.engine_block_tokens,
         }
     }
 }
@@ -68,6 +76,8 @@ pub struct Shared {
     /// The latest engine snapshot per pod name, written by [`crate::scrape`]. Never lock it
     /// while holding the router lock's guard across it (take them one after the other).
     pub engines: EngineTable,
+    /// The responses being timed ([`crate::stream_timing`]).
+    pub stream_budget: Arc<StreamBudget>,
     start: tokio::time::Instant,
     settings: RwLock<Arc<RequestSettings>>,
     ready: AtomicBool,
@@ -83,6 +93,7 @@ impl Shared {
             router,
             metrics,
             engines,
+            stream_budget: Arc::default(),
             start: tokio::time::Instant::now(),
             settings: RwLock::new(Arc::new(RequestSettings::from_config(config))),
             ready: AtomicBool::new(false),

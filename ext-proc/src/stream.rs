@@ -10,8 +10,11 @@
 //! 2. `request_body` (the whole body, `end_of_stream`): extract model and prompt, hash
 //!    outside the lock, route, reply with the destination (headers + `envoy.lb` metadata).
 //! 3. `response_headers`: add `target-pod`, `target-pod-ip`, `routing-strategy`,
-//!    `request-id`, `x-kvroute-decision`; note the status for the ticket outcome.
-//! 4. `response_trailers` (rare): no change.
+//!    `request-id`, `x-kvroute-decision`; note the status for the ticket outcome. A 2xx
+//!    event stream is timed when the [`crate::stream_timing`] budget allows: the reply asks
+//!    Envoy to stream its body through kvroute.
+//! 4. `response_body` (timed responses only): read, passed on unchanged.
+//! 5. `response_trailers` (rare): no change.
 //!
 //! The [`TicketGuard`] lives in this state and is dropped when the stream ends.
 
@@ -25,6 +28,7 @@ use kvroute_core::{Decision, RouteError, RouteRequest, StrategySpec};
 use crate::extract::{extract, reject, Endpoint};
 use crate::respond::{self, header, Reject, RouteTo};
 use crate::shared::Shared;
+use crate::stream_timing::{self, is_event_stream, ResponseTiming};
 use crate::ticket_guard::TicketGuard;
 
 /// Request facts read from the request headers.
@@ -131,7 +135,12 @@ impl StreamState {
             }
             Request::RequestTrailers(_) => Ok(respond::continue_trailers(true)),
             Request::ResponseHeaders(h) => Ok(self.on_response_headers(&h)),
-            Request::ResponseBody(_) => Ok(respond::continue_body(false)),
+            Request::ResponseBody(b) => {
+                if let Some(t) = self.routed.as_mut().and_then(|r| r.guard.timing_mut()) {
+                    t.on_chunk(&b.body, std::time::Instant::now());
+                }
+                Ok(respond::continue_body(false))
+            }
             Request::ResponseTrailers(_) => Ok(respond::continue_trailers(false)),
         };
         Some(match reply {
@@ -247,19 +256,38 @@ impl StreamState {
     }
 
     fn on_response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
-        let status = h.headers.as_ref().and_then(|m| {
-            m.headers.iter().find(|v| v.key == ":status").and_then(|v| {
-                let s = if v.raw_value.is_empty() {
-                    v.value.as_bytes()
-                } else {
-                    &v.raw_value
-                };
-                std::str::from_utf8(s).ok()?.parse::<u16>().ok()
+        let value = |name: &str| {
+            h.headers.as_ref().and_then(|m| {
+                m.headers.iter().find(|v| v.key == name).and_then(|v| {
+                    let s = if v.raw_value.is_empty() {
+                        v.value.as_bytes()
+                    } else {
+                        &v.raw_value
+                    };
+                    std::str::from_utf8(s).ok()
+                })
             })
-        });
+        };
+        let status = value(":status").and_then(|s| s.parse::<u16>().ok());
         let mut headers = Vec::with_capacity(5);
+        let mut timed = false;
         if let Some(r) = &mut self.routed {
             r.guard.on_response_status(status);
+            if status.is_some_and(|s| (200..300).contains(&s))
+                && value("content-type").is_some_and(is_event_stream)
+            {
+                let settings = self.shared.settings();
+                let p = &r.decision.prediction;
+                let cold_prefill = p.queue_ms == 0
+                    && p.prompt_tokens.saturating_sub(p.cached_tokens)
+                        >= settings.engine_block_tokens;
+                let max = stream_timing::budget_for(settings.max_timed_streams, cold_prefill);
+                if let Some(permit) = self.shared.stream_budget.try_acquire(max) {
+                    r.guard.time_response(ResponseTiming::new(permit));
+                    self.shared.metrics.response_timed();
+                    timed = true;
+                }
+            }
             headers.push(header("target-pod", r.pod_name.as_bytes()));
             headers.push(header("target-pod-ip", r.address.as_bytes()));
             headers.push(header("routing-strategy", r.strategy.as_bytes()));
@@ -268,7 +296,7 @@ impl StreamState {
         if let Some(id) = &self.info.request_id {
             headers.push(header("request-id", id.as_bytes()));
         }
-        respond::response_headers(headers)
+        respond::response_headers(headers, timed)
     }
 }
 
@@ -299,7 +327,10 @@ mod tests {
     use crate::env::EnvSnapshot;
 
     fn shared() -> Arc<Shared> {
-        let text = "[routing]\nseed = 3\n[limits]\nmax_body_bytes = 1000\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]";
+        shared_with("[routing]\nseed = 3\n[limits]\nmax_body_bytes = 1000\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]")
+    }
+
+    fn shared_with(text: &str) -> Arc<Shared> {
         let c = build(
             parse_toml(text, std::path::Path::new("t")).unwrap(),
             &EnvSnapshot::default(),
@@ -517,6 +548,56 @@ mod tests {
             panic!("not rejected")
         };
         assert_eq!(i.status.unwrap().code, 503);
+    }
+
+    fn response_body(b: &[u8]) -> ProcessingRequest {
+        ProcessingRequest {
+            request: Some(Request::ResponseBody(HttpBody {
+                body: b.to_vec(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn event_streams_are_timed_within_the_budget() {
+        let sh = shared_with("[stream_timing]\nmax_streams = 1\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
+        let respond = |st: &mut StreamState, pairs: &[(&str, &str)]| {
+            let mut r = headers(pairs, false);
+            if let Some(Request::RequestHeaders(h)) = r.request.take() {
+                r.request = Some(Request::ResponseHeaders(h));
+            }
+            st.on_message(r).unwrap().mode_override
+        };
+        let sse = [(":status", "200"), ("content-type", "text/event-stream")];
+        let routed = || {
+            let mut st = StreamState::new(sh.clone());
+            st.on_message(headers(&[(":path", "/v1/models")], true));
+            st
+        };
+        let (mut a, mut b, mut json, mut failed) = (routed(), routed(), routed(), routed());
+        let mode = respond(&mut a, &sse).expect("the first event stream is timed");
+        assert_eq!(mode, respond::stream_body_mode());
+        assert_eq!(respond(&mut b, &sse), None, "over the budget of 1");
+        let not_sse = [(":status", "200"), ("content-type", "application/json")];
+        assert_eq!(respond(&mut json, &not_sse), None);
+        drop(a);
+        let err = [(":status", "500"), ("content-type", "text/event-stream")];
+        assert_eq!(respond(&mut failed, &err), None, "only 2xx responses");
+        assert_eq!(
+            sh.stream_budget.open(),
+            0,
+            "the permit came back with the stream"
+        );
+        let mut c = routed();
+        assert!(respond(&mut c, &sse).is_some());
+        let reply = c.on_message(response_body(b"data: {}\n\n")).unwrap();
+        assert!(matches!(reply.response, Some(Response::ResponseBody(_))));
+        assert_eq!(sh.stream_budget.open(), 1);
+        drop((b, json, failed, c));
+        assert_eq!(sh.stream_budget.open(), 0);
+        assert_eq!(in_flight(&sh), 0);
     }
 
     #[test]

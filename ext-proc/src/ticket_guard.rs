@@ -13,10 +13,12 @@
 //!   status and the outcome is still `Success`. Failed requests (5xx, no response) and
 //!   requests whose response headers were not seen (response-headers phase SKIP, or the client
 //!   left before the response started) report no timings.
-//! - `first_token_ms` never: the response headers are not the first token. `kvroute-sim
-//!   serve` (axum `Body::from_stream`) and vLLM (`StreamingResponse`) send a streaming
-//!   response's headers before the first token is computed, and a non-streaming response's
-//!   only after the last one; response bodies are not sent to kvroute (`NONE`).
+//! - `first_token_ms`, `prompt_tokens`, `output_tokens` and `cached_tokens` only for a response
+//!   kvroute timed ([`crate::stream_timing`]: its first body chunk and its usage event), under
+//!   the same conditions as `total_ms`. For the others the response headers are all there is,
+//!   and they are not the first token: `kvroute-sim serve` (axum `Body::from_stream`) and vLLM
+//!   (`StreamingResponse`) send a streaming response's headers before the first token is
+//!   computed, and a non-streaming response's only after the last one.
 //! - Client aborts mid-response cannot be told from normal ends: with `response_trailer_mode:
 //!   SEND` and body `NONE`, Envoy ends the side stream the same clean way for both
 //!   (`../shared/docs/envoy-completion.md`). Such a request reports `Success` with a short
@@ -29,6 +31,7 @@ use std::sync::Arc;
 use kvroute_core::{Completion, Outcome, Ticket, Timings};
 
 use crate::shared::Shared;
+use crate::stream_timing::ResponseTiming;
 
 /// Owns one open ticket; dropping it completes the ticket.
 #[derive(Debug)]
@@ -38,6 +41,7 @@ pub struct TicketGuard {
     outcome: Outcome,
     routed_at: Instant,
     status: Option<u16>,
+    timing: Option<ResponseTiming>,
 }
 
 impl TicketGuard {
@@ -49,6 +53,7 @@ impl TicketGuard {
             outcome: Outcome::Success,
             routed_at: Instant::now(),
             status: None,
+            timing: None,
         }
     }
 
@@ -72,15 +77,33 @@ impl TicketGuard {
         }
     }
 
+    /// Times the response's body from now on (kvroute asked Envoy to stream it through).
+    pub fn time_response(&mut self, timing: ResponseTiming) {
+        self.timing = Some(timing);
+    }
+
+    /// The timing of the response, when it is timed.
+    pub fn timing_mut(&mut self) -> Option<&mut ResponseTiming> {
+        self.timing.as_mut()
+    }
+
     /// What is reported at release, `now` being the release instant (see the module docs).
     pub fn completion(&self, now: Instant) -> Completion {
         let mut c = Completion::new(self.outcome);
         let ok = self.status.is_some_and(|s| (200..300).contains(&s));
         if self.outcome == Outcome::Success && ok {
-            let ms = now.saturating_duration_since(self.routed_at).as_millis();
+            let ms = |at: Instant| {
+                u64::try_from(at.saturating_duration_since(self.routed_at).as_millis())
+                    .unwrap_or(u64::MAX)
+            };
+            let timing = self.timing.as_ref();
+            let usage = timing.and_then(ResponseTiming::usage).unwrap_or_default();
             c.timings = Timings {
-                total_ms: Some(u64::try_from(ms).unwrap_or(u64::MAX)),
-                ..Timings::default()
+                total_ms: Some(ms(now)),
+                first_token_ms: timing.and_then(ResponseTiming::first_chunk).map(ms),
+                prompt_tokens: usage.prompt_tokens,
+                output_tokens: usage.completion_tokens,
+                cached_tokens: usage.cached_tokens,
             };
         }
         c
@@ -131,7 +154,42 @@ mod tests {
     }
 
     #[test]
-    fn only_successful_responses_report_a_total_and_never_a_first_token() {
+    fn a_timed_response_reports_its_first_chunk_and_usage() {
+        use crate::stream_timing::{ResponseTiming, StreamBudget};
+        let budget = Arc::new(StreamBudget::default());
+        let mut g = guard();
+        g.time_response(ResponseTiming::new(budget.try_acquire(1).unwrap()));
+        let first = g_routed(&g, 40);
+        g.timing_mut()
+            .unwrap()
+            .on_chunk(b"data: {\"text\":\"a\"}\n\n", first);
+        let usage = b"data: {\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n";
+        let at = g_routed(&g, 90);
+        g.timing_mut().unwrap().on_chunk(usage, at);
+        g.on_response_status(Some(200));
+        let c = g.completion(g_routed(&g, 100));
+        assert_eq!(
+            c.timings,
+            Timings {
+                first_token_ms: Some(40),
+                total_ms: Some(100),
+                output_tokens: Some(3),
+                cached_tokens: Some(8),
+                prompt_tokens: Some(10),
+            }
+        );
+        g.on_response_status(Some(503));
+        assert_eq!(g.completion(g_routed(&g, 100)).timings, Timings::default());
+        drop(g);
+        assert_eq!(budget.open(), 0);
+    }
+
+    fn g_routed(g: &TicketGuard, ms: u64) -> Instant {
+        g.routed_at + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn only_successful_responses_report_a_total_and_untimed_ones_no_first_token() {
         let later = |g: &TicketGuard| g.routed_at + Duration::from_millis(250);
         let mut g = guard();
         let c = g.completion(later(&g));

@@ -98,7 +98,6 @@ fn misses(rows: &[Row], phases: &[&str], ttft_ratio: f64) -> Vec<String> {
 }
 
 const ALL: [&str; 4] = ["cold", "warm", "hot50", "hot90"];
-const WARM_AND_HOT: [&str; 3] = ["warm", "hot50", "hot90"];
 /// Every phase but cold / 1 (see [`least_ttft_meets_the_bar_in_every_phase`]).
 const ALL_BUT_COLD_ONE: [&str; 4] = ["cold / 2", "warm", "hot50", "hot90"];
 
@@ -111,10 +110,9 @@ fn assert_none(misses: Vec<String>) {
 }
 
 /// Two replicas, all eight phases: least-ttft meets the bar with the study's salts and with
-/// three other draws of salts and router randomness. With every prior 50% off it meets it in
-/// the warm and hotspot phases both ways, and with priors at half in cold / 2 too; cold / 1
-/// runs mostly before the first answers teach anything (priors 50% high: 76 within SLO against
-/// prefix-cache's 89, cold / 2 82 against 84; at half: cold / 1 87).
+/// three other draws of salts and router randomness. With every prior 50% off, either way, it
+/// meets it in every phase but cold / 1, which runs mostly before the first answers teach
+/// anything (priors 50% high: 75 within SLO against prefix-cache's 89; at half: 85).
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -130,12 +128,16 @@ fn least_ttft_meets_the_bar_in_every_phase() {
             1.1,
         ));
     }
-    for (f, phases) in [(1.5, &WARM_AND_HOT[..]), (0.5, &ALL_BUT_COLD_ONE[..])] {
+    for f in [1.5, 0.5] {
         let cfg = StudyConfig {
             ttft_priors: scaled_priors(f),
             ..study()
         };
-        all.extend(misses(&compare(&format!("priors x{f}"), &cfg), phases, 1.1));
+        all.extend(misses(
+            &compare(&format!("priors x{f}"), &cfg),
+            &ALL_BUT_COLD_ONE,
+            1.1,
+        ));
     }
     assert_none(all);
 }

@@ -80,7 +80,8 @@ pub(crate) fn estimate(
     let uncached = (job.prompt_tokens - expected).max(0.0);
     let tpot = pod.tpot_ms.get();
     let decode_ms = (global.output_tokens.get() - 1.0).max(0.0) * tpot;
-    let prefill_ms = |tokens: f64| tokens / pod.prefill_tps.get() * 1_000.0;
+    let rate = pod.prefill_rate(global);
+    let prefill_ms = |tokens: f64| tokens / rate * 1_000.0;
     let now_ms = now.as_millis() as f64;
     // A request still open after its predicted end has run long; assume it needs a further
     // OVERRUN_TAIL of a typical decode (or its overrun so far, below) rather than ending now.

@@ -83,7 +83,9 @@ pub(crate) fn learn_first_token(
     } else {
         let prefill_ms = first - pod.overhead_ms.get();
         if prefill_ms > 1.0 {
-            pod.prefill_tps.learn(uncached / prefill_ms * 1_000.0, cfg);
+            let sample = uncached / prefill_ms * 1_000.0;
+            pod.prefill_tps.learn_measured(sample, cfg);
+            global.prefill_tps.learn_measured(sample, cfg);
         }
     }
 }
@@ -174,8 +176,17 @@ mod tests {
             first_token_ms: Some(first),
             ..Default::default()
         };
+        // The first measured prefill replaces the 2× slow prior, the second is averaged in.
+        learn(&mut pod, &mut g, &c, &ctx, &timings(1_000)); // truth: 3,000 tokens/s
+        assert_eq!(pod.prefill_tps.get(), 3_000.0);
+        learn(&mut pod, &mut g, &c, &ctx, &timings(1_500));
+        assert_eq!(
+            pod.prefill_tps.get(),
+            2_500.0,
+            "the mean of 3,000 and 2,000"
+        );
         for _ in 0..30 {
-            learn(&mut pod, &mut g, &c, &ctx, &timings(1_000)); // truth: 3,000 tokens/s
+            learn(&mut pod, &mut g, &c, &ctx, &timings(1_000));
         }
         assert!(
             (pod.prefill_tps.get() - 3_000.0).abs() < 30.0,
@@ -199,5 +210,46 @@ mod tests {
             before,
             "queued requests say nothing about prefill speed"
         );
+    }
+
+    #[test]
+    fn a_pod_without_its_own_prefill_samples_predicts_with_the_fleets_rate() {
+        let c = TtftConfig {
+            prefill_tokens_per_s: 1_500.0,
+            overhead_ms: 0.0,
+            ..cfg()
+        };
+        let (mut a, b, mut g) = (PodModel::new(&c), PodModel::new(&c), GlobalModel::new(&c));
+        let ctx = TicketContext {
+            queue_ms: 0.0,
+            uncached_tokens: 3_000.0,
+            ..Default::default()
+        };
+        let first = crate::tickets::Timings {
+            first_token_ms: Some(1_000), // 3,000 tokens/s
+            ..Default::default()
+        };
+        assert_eq!(b.prefill_rate(&g), 1_500.0, "nothing measured: the prior");
+        for n in 1..=OWN_PREFILL_SAMPLES {
+            learn(&mut a, &mut g, &c, &ctx, &first);
+            assert_eq!(a.prefill_rate(&g), 3_000.0);
+            assert_eq!(
+                b.prefill_rate(&g),
+                3_000.0,
+                "b has measured nothing: the fleet's"
+            );
+            assert_eq!(a.prefill_tps.measured(), n);
+        }
+        // A pod with samples of its own keeps its own rate once it has enough of them.
+        let mut b = b;
+        let slow = crate::tickets::Timings {
+            first_token_ms: Some(2_000), // 1,500 tokens/s
+            ..first
+        };
+        for _ in 0..OWN_PREFILL_SAMPLES {
+            learn(&mut b, &mut g, &c, &ctx, &slow);
+        }
+        assert_eq!(b.prefill_rate(&g), 1_500.0);
+        assert_eq!(a.prefill_rate(&g), 3_000.0);
     }
 }

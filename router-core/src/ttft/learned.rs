@@ -6,25 +6,52 @@ use super::TtftConfig;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct Ewma {
     value: f64,
+    /// Samples taken with [`Ewma::learn_measured`].
+    measured: u32,
 }
 
 impl Ewma {
     pub(crate) fn new(prior: f64) -> Self {
-        Ewma { value: prior }
+        Ewma {
+            value: prior,
+            measured: 0,
+        }
     }
 
     pub(crate) fn get(self) -> f64 {
         self.value
     }
 
-    /// Learns one sample; non-finite or non-positive samples are ignored.
+    /// How many samples [`Ewma::learn_measured`] has taken.
+    pub(crate) fn measured(self) -> u32 {
+        self.measured
+    }
+
+    /// Learns one sample at weight `learning_rate`; non-finite or non-positive samples are
+    /// ignored.
     pub(crate) fn learn(&mut self, sample: f64, cfg: &TtftConfig) {
+        self.learn_weighted(sample, cfg.learning_rate, cfg);
+    }
+
+    /// Learns one measured sample, the `n`-th measured one weighing `max(1/n, learning_rate)`
+    /// as in [`Fraction`]: the first replaces the prior (within the clamp), and the estimate is
+    /// the measured samples' mean until the EWMA's own weight takes over.
+    pub(crate) fn learn_measured(&mut self, sample: f64, cfg: &TtftConfig) {
+        if !(sample.is_finite() && sample > 0.0) {
+            return;
+        }
+        self.measured = self.measured.saturating_add(1);
+        let w = cfg.learning_rate.max(1.0 / f64::from(self.measured));
+        self.learn_weighted(sample, w, cfg);
+    }
+
+    fn learn_weighted(&mut self, sample: f64, weight: f64, cfg: &TtftConfig) {
         if !(sample.is_finite() && sample > 0.0) {
             return;
         }
         let r = cfg.max_sample_ratio;
         let s = sample.clamp(self.value / r, self.value * r);
-        self.value += cfg.learning_rate * (s - self.value);
+        self.value += weight * (s - self.value);
     }
 }
 

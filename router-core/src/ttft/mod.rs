@@ -64,7 +64,19 @@
 //!   `expected_output` are learned across pods. Learning is a bounded EWMA: each sample is
 //!   first clamped to within a factor `max_sample_ratio` of the current estimate, so one
 //!   outlier moves an estimate by at most `learning_rate × (max_sample_ratio − 1)` of itself,
-//!   and failed or cancelled requests are never learned from.
+//!   and failed or cancelled requests are never learned from. One exception: a prefill-rate
+//!   sample from a reported first token, the `n`-th of the pod's prefill-rate samples, weighs
+//!   `max(1/n, learning_rate)`, so the first replaces the prior (within the clamp). That prior
+//!   is the one most likely to be far off (it is the GPU's speed: a 5× faster engine makes the
+//!   default 5× too slow, as in the Envoy test), few cold prefills may come to correct it, and
+//!   a first-token sample measures it directly. The same start on TPOT, overhead, bytes per
+//!   token, or on the prefill rate from engine windows made the simulated study worse (those
+//!   early samples are noisier or biased: decodes stalled by prefills, prompts of different
+//!   lengths, misaligned counters).
+//! - Measured (first-token) prefill-rate samples also teach a fleet-wide rate, and a pod with
+//!   fewer than `OWN_PREFILL_SAMPLES` (3) measured samples of its own predicts with the fleet's
+//!   rate when the fleet has measured more: the pod a hot family would spill to rarely sees a
+//!   cold prefill, yet the same engine on the next pod has shown how fast one is.
 //! - Prefill rate samples come only from requests predicted to start at once (no slot wait, no
 //!   prefill backlog) with at least one engine block to prefill; overhead samples from those
 //!   with less than one block to prefill.
@@ -107,6 +119,10 @@ use crate::ids::Ticket;
 use crate::time::Timestamp;
 
 /// One open request on a pod, as the model sees it.
+/// Measured prefill-rate samples after which a pod predicts with its own rate rather than the
+/// fleet's (see the module docs).
+pub(crate) const OWN_PREFILL_SAMPLES: u32 = 3;
+
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct OpenRequest {
     pub(crate) ticket: Ticket,
@@ -212,6 +228,17 @@ impl PodModel {
     /// Whether a request may be sent to find out if the pod is warm: `extra` has no sample
     /// yet, no probe is out, and completions may carry the answer (cached tokens; shells that
     /// never report them learn `extra` from engine counters only).
+    /// The prefill rate to predict with: the pod's own once it has [`OWN_PREFILL_SAMPLES`]
+    /// measured samples (or the fleet has no more than it), the fleet's before.
+    pub(crate) fn prefill_rate(&self, global: &GlobalModel) -> f64 {
+        let own = self.prefill_tps.measured();
+        if own < OWN_PREFILL_SAMPLES && global.prefill_tps.measured() > own {
+            global.prefill_tps.get()
+        } else {
+            self.prefill_tps.get()
+        }
+    }
+
     pub(crate) fn may_probe(&self) -> bool {
         !self.extra.sampled() && self.probe.is_none() && self.cached_tokens != Reports::Missing
     }
@@ -234,6 +261,8 @@ impl PodModel {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct GlobalModel {
     pub(crate) bytes_per_token: Ewma,
+    /// Every pod's measured prefill-rate samples (see [`PodModel::prefill_rate`]).
+    pub(crate) prefill_tps: Ewma,
     pub(crate) output_tokens: Ewma,
     /// Whether completions report `prompt_tokens` (engine counters teach `bytes_per_token`
     /// only when they do not).
@@ -266,6 +295,7 @@ impl GlobalModel {
     pub(crate) fn new(cfg: &TtftConfig) -> Self {
         GlobalModel {
             bytes_per_token: Ewma::new(cfg.bytes_per_token),
+            prefill_tps: Ewma::new(cfg.prefill_tokens_per_s),
             output_tokens: Ewma::new(cfg.output_tokens),
             prompt_tokens: Reports::Unknown,
         }
