@@ -12,6 +12,11 @@ body, response trailers SEND, metadata routing). Requests are study-shaped: ~28 
 from 8 salted families, a new question number per request, non-streaming, max_tokens 1, the
 replicas at a large speed-up so that the engine time is small and constant.
 
+With --stream-tokens N the requests stream (SSE, N tokens, usage included) and the last
+listener is kv-untimed instead of kv-nohdr: a second kvroute-ext-proc with
+[stream_timing] max_streams = 0, so that "kv vs kv-untimed" is what timing a few responses
+through kvroute (response body STREAMED by mode_override, one gRPC message per chunk) costs.
+
 Each phase sends a fixed number of requests with an asyncio client over keep-alive
 connections, in three load shapes: "c=1" (closed loop, one connection: latency with an idle
 machine), "N/s" (open loop at a fixed moderate rate over 8 connections, --rate, default
@@ -83,7 +88,7 @@ def cpu_ns(pid):
     return total
 
 
-def ext_proc_filter(cluster, response_headers):
+def ext_proc_filter(cluster, response_headers, allow_mode_override=False):
     return {
         "name": "envoy.filters.http.ext_proc",
         "typed_config": {
@@ -99,6 +104,7 @@ def ext_proc_filter(cluster, response_headers):
                 "request_trailer_mode": "SKIP",
                 "response_trailer_mode": "SEND",
             },
+            "allow_mode_override": allow_mode_override,
             "metadata_options": {"receiving_namespaces": {"untyped": ["envoy.lb"]}},
             "route_cache_action": "CLEAR",
         },
@@ -136,7 +142,7 @@ def ext_cluster(name, addr, breakers):
                 {"endpoint": {"address": {"socket_address": {"address": host, "port_value": int(port)}}}}]}]}}
 
 
-def envoy_config(ext_addr, floor_addr, pods):
+def envoy_config(ext_addr, floor_addr, pods, untimed_addr=None):
     breakers = {"thresholds": [{"max_requests": 100000, "max_pending_requests": 100000, "max_connections": 100000}]}
     rr_route = [{"match": {"prefix": "/"}, "route": {"cluster": "rr", "timeout": "0s"}}]
     kv_routes = [
@@ -155,11 +161,13 @@ def envoy_config(ext_addr, floor_addr, pods):
             "listeners": [
                 listener("rr", [], rr_route),
                 listener("floor", [ext_proc_filter("floor", True)], kv_routes),
-                listener("kv", [ext_proc_filter("ext_proc", True)], kv_routes),
-                listener("kv-nohdr", [ext_proc_filter("ext_proc", False)], kv_routes),
+                listener("kv", [ext_proc_filter("ext_proc", True, True)], kv_routes),
+                listener("kv-untimed", [ext_proc_filter("untimed", True, True)], kv_routes) if untimed_addr
+                else listener("kv-nohdr", [ext_proc_filter("ext_proc", False)], kv_routes),
             ],
             "clusters": [
                 ext_cluster("ext_proc", ext_addr, breakers),
+                ext_cluster("untimed", untimed_addr or ext_addr, breakers),
                 ext_cluster("floor", floor_addr, breakers),
                 {"name": "pods", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED", "connect_timeout": "6s",
                  "original_dst_lb_config": {"metadata_key": {"key": "envoy.lb",
@@ -173,7 +181,7 @@ def envoy_config(ext_addr, floor_addr, pods):
     }
 
 
-def study_bodies(n, repeats=300, seed=7):
+def study_bodies(n, repeats=300, seed=7, stream_tokens=0):
     rng = random.Random(seed)
     salts = ["".join(rng.choice("0123456789abcdef") for _ in range(256)) for _ in range(8)]
     filler = "The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n" * repeats
@@ -181,7 +189,10 @@ def study_bodies(n, repeats=300, seed=7):
     for i in range(n):
         f = rng.randrange(8)
         prompt = f"{salts[f]}\nDocument {f}\n{filler}Question {i:06d}: Explain the operational tradeoffs in detail."
-        body = json.dumps({"model": "study", "prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
+        req = {"model": "study", "prompt": prompt, "max_tokens": 1, "temperature": 0}
+        if stream_tokens:
+            req.update(max_tokens=stream_tokens, stream=True, stream_options={"include_usage": True})
+        body = json.dumps(req).encode()
         bodies.append(b"POST /v1/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
                       b"content-length: %d\r\n\r\n" % len(body) + body)
     return bodies
@@ -200,11 +211,20 @@ async def one_conn(host, port, reqs, lat, errors, starts=None):
         writer.write(req)
         head = await reader.readuntil(b"\r\n\r\n")
         status = int(head.split(b" ", 2)[1])
-        length = 0
+        length, chunked = 0, False
         for line in head.split(b"\r\n"):
             if line[:15].lower() == b"content-length:":
                 length = int(line[15:])
-        await reader.readexactly(length)
+            elif line.lower() == b"transfer-encoding: chunked":
+                chunked = True
+        if chunked:  # SSE: chunks until the last (size 0)
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                await reader.readexactly(size + 2)
+                if size == 0:
+                    break
+        else:
+            await reader.readexactly(length)
         lat.append(time.perf_counter() - t)
         if status != 200:
             errors.append(status)
@@ -245,6 +265,8 @@ def main():
     ap.add_argument("--speedup", type=float, default=10000.0)
     ap.add_argument("--repeats", type=int, default=300, help="filler sentences per prompt (300 = the study's ~28 KB)")
     ap.add_argument("--ext-workers", type=int, default=1, help="kvroute-ext-proc tokio worker threads")
+    ap.add_argument("--stream-tokens", type=int, default=0,
+                    help="stream N tokens per response (SSE) and compare kv against kv-untimed (0: max_tokens 1, no stream)")
     args = ap.parse_args()
     floor_bin = os.path.join(BIN, "examples", "floor")
     for b in (os.path.join(BIN, "kvroute-ext-proc"), os.path.join(BIN, "kvroute-sim"), floor_bin, ENVOY):
@@ -266,11 +288,20 @@ def main():
                            "--workers", str(args.ext_workers)],
                           f"{work}/ext-proc.log", "listening grpc=")
         fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        untimed, untimed_fields = None, None
+        if args.stream_tokens:
+            with open(f"{work}/untimed.toml", "w") as f:
+                f.write(open(cfg).read() + "[stream_timing]\nmax_streams = 0\n")
+            untimed, uline = start([os.path.join(BIN, "kvroute-ext-proc"), "--config", f"{work}/untimed.toml",
+                                    "--log", "warn", "--workers", str(args.ext_workers)],
+                                   f"{work}/untimed.log", "listening grpc=")
+            untimed_fields = dict(w.split("=", 1) for w in uline.split() if "=" in w)
         floor, fline = start([floor_bin] + [a for _, a, _ in sims], f"{work}/floor.log", "floor listening")
         floor_addr = fline.split("grpc=", 1)[1]
         ecfg = f"{work}/envoy.json"
         with open(ecfg, "w") as f:
-            json.dump(envoy_config(fields["grpc"], floor_addr, [a for _, a, _ in sims]), f)
+            json.dump(envoy_config(fields["grpc"], floor_addr, [a for _, a, _ in sims],
+                                   untimed_fields and untimed_fields["grpc"]), f)
         envoy, _ = start([ENVOY, "-c", ecfg, "--admin-address-path", f"{work}/admin", "--concurrency", "1",
                           "--base-id", str(9000 + os.getpid() % 1000), "-l", "warning"], f"{work}/envoy.log")
         for _ in range(300):
@@ -287,13 +318,15 @@ def main():
         st = json.load(urllib.request.urlopen(f"http://{admin}/listeners?format=json"))["listener_statuses"]
         ports = {s["name"]: f"127.0.0.1:{s['local_address']['socket_address']['port_value']}" for s in st}
 
-        bodies = study_bodies(4096, args.repeats)
-        print(f"body size {len(bodies[0])} bytes; replicas at speed-up {args.speedup:g}; "
+        bodies = study_bodies(4096, args.repeats, stream_tokens=args.stream_tokens)
+        kind = f"streaming {args.stream_tokens} tokens" if args.stream_tokens else "max_tokens 1"
+        print(f"body size {len(bodies[0])} bytes, {kind}; replicas at speed-up {args.speedup:g}; "
               f"{args.rounds} rounds x (c=1: {args.requests}, {args.rate:g}/s: {args.rate_requests}, "
               f"c=8: {args.load_requests}) requests per listener")
         shapes = [("c=1", 1, args.requests, None), (f"{args.rate:g}/s", 8, args.rate_requests, args.rate),
                   ("c=8", 8, args.load_requests, None)]
-        names = ["rr", "floor", "kv", "kv-nohdr"]
+        last = "kv-untimed" if untimed else "kv-nohdr"
+        names = ["rr", "floor", "kv", last]
         for n in names:  # warm-up: connections, index, allocator
             asyncio.run(run_phase(ports[n], bodies, 200, 4, 0))
         results = {}
@@ -301,7 +334,7 @@ def main():
         for r in range(args.rounds):
             order = names[r % len(names):] + names[:r % len(names)]
             for n in order:
-                side = floor if n == "floor" else ext
+                side = {"floor": floor, "kv-untimed": untimed}.get(n, ext)
                 for shape, conc, count, rate in shapes:
                     e0, x0 = cpu_ns(envoy.pid), cpu_ns(side.pid)
                     lat, errors, wall = asyncio.run(run_phase(ports[n], bodies, count, conc, offset, rate))
@@ -322,7 +355,7 @@ def main():
                       f"{med(rows, 'envoy_us'):.0f} | {med(rows, 'ext_us'):.0f} | {sum(x['errors'] for x in rows)} |")
         print()
         print("Added by the ext_proc server vs Envoy round-robin alone (medians over rounds):")
-        for n in ("floor", "kv", "kv-nohdr"):
+        for n in ("floor", "kv", last):
             for shape, *_ in shapes:
                 a, b = results[(n, shape)], results[("rr", shape)]
                 print(f"  {n:8s} {shape:>7s}: p50 {med(a, 'p50') - med(b, 'p50'):+.3f} ms, "
@@ -336,9 +369,22 @@ def main():
                   f"ext_proc CPU {med(a, 'ext_us'):.0f} vs {med(b, 'ext_us'):.0f} µs/req "
                   f"(kvroute's own work {med(a, 'ext_us') - med(b, 'ext_us'):.0f} µs/req), "
                   f"Envoy CPU {med(a, 'envoy_us'):.0f} vs {med(b, 'envoy_us'):.0f} µs/req")
-        metrics = urllib.request.urlopen(f"http://{fields['admin']}/metrics").read().decode()
-        inflight = sum(float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines() if l.startswith("kvroute_pod_in_flight{"))
-        print(f"\nkvroute in-flight after the run: {inflight:g} (must be 0)")
+        if untimed:
+            print("kvroute timing a few streamed responses (kv) vs not (kv-untimed), medians over rounds:")
+            for shape, *_ in shapes:
+                a, b = results[("kv", shape)], results[("kv-untimed", shape)]
+                print(f"  {shape:>7s}: p50 {med(a, 'p50') - med(b, 'p50'):+.3f} ms, "
+                      f"p99 {med(a, 'p99') - med(b, 'p99'):+.3f} ms, req/s {med(a, 'rps'):.0f} vs {med(b, 'rps'):.0f}, "
+                      f"ext_proc CPU {med(a, 'ext_us'):.0f} vs {med(b, 'ext_us'):.0f} µs/req, "
+                      f"Envoy CPU {med(a, 'envoy_us'):.0f} vs {med(b, 'envoy_us'):.0f} µs/req")
+        print()
+        for label, f in (("kvroute", fields), ("kvroute untimed", untimed_fields)):
+            if not f:
+                continue
+            metrics = urllib.request.urlopen(f"http://{f['admin']}/metrics").read().decode()
+            value = lambda prefix: sum(float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines() if l.startswith(prefix))
+            print(f"{label}: in-flight after the run {value('kvroute_pod_in_flight{'):g} (must be 0), "
+                  f"responses timed {value('kvroute_timed_responses_total'):g}")
     finally:
         stop_all()
         subprocess.run(["rm", "-rf", work])

@@ -32,6 +32,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
 use axum::routing::{get, post};
 use axum::Router as AxumRouter;
 use serde_json::{json, Value};
@@ -153,7 +154,14 @@ impl BoundServer {
         let addr = self.addr.to_string();
         let engine_task = tokio::spawn(Arc::clone(&self.driver).run());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let server = axum::serve(self.listener, self.app).with_graceful_shutdown(async move {
+        // TCP_NODELAY, as vLLM's uvicorn sets it: without it, every SSE event written after a
+        // small one waits for the peer's delayed ACK (up to 40 ms).
+        // small one waits for the peer's delayed ACK (up to 40 ms). A socket that refuses the
+        // option is served anyway.
+        let listener = self.listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let server = axum::serve(listener, self.app).with_graceful_shutdown(async move {
             shutdown.await;
             let _ = tx.send(());
         });
