@@ -32,8 +32,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::serve::ListenerExt;
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use axum::Router as AxumRouter;
 use serde_json::{json, Value};
 
