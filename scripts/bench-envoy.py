@@ -362,21 +362,19 @@ def main():
                       f"p99 +{med(a, 'p99') - med(b, 'p99'):.3f} ms, req/s {med(a, 'rps'):.0f} vs {med(b, 'rps'):.0f}, "
                       f"Envoy CPU +{med(a, 'envoy_us') - med(b, 'envoy_us'):.0f} µs/req, "
                       f"ext_proc CPU {med(a, 'ext_us'):.0f} µs/req")
-        print("kvroute-ext-proc (response headers on) vs the protocol floor (medians over rounds):")
-        for shape, *_ in shapes:
-            a, b = results[("kv", shape)], results[("floor", shape)]
-            print(f"  {shape:>7s}: p50 {med(a, 'p50') - med(b, 'p50'):+.3f} ms, "
-                  f"ext_proc CPU {med(a, 'ext_us'):.0f} vs {med(b, 'ext_us'):.0f} µs/req "
-                  f"(kvroute's own work {med(a, 'ext_us') - med(b, 'ext_us'):.0f} µs/req), "
-                  f"Envoy CPU {med(a, 'envoy_us'):.0f} vs {med(b, 'envoy_us'):.0f} µs/req")
-        if untimed:
-            print("kvroute timing a few streamed responses (kv) vs not (kv-untimed), medians over rounds:")
+        def versus(title, n, base):
+            print(f"{title} (medians over rounds):")
             for shape, *_ in shapes:
-                a, b = results[("kv", shape)], results[("kv-untimed", shape)]
+                a, b = results[(n, shape)], results[(base, shape)]
                 print(f"  {shape:>7s}: p50 {med(a, 'p50') - med(b, 'p50'):+.3f} ms, "
                       f"p99 {med(a, 'p99') - med(b, 'p99'):+.3f} ms, req/s {med(a, 'rps'):.0f} vs {med(b, 'rps'):.0f}, "
-                      f"ext_proc CPU {med(a, 'ext_us'):.0f} vs {med(b, 'ext_us'):.0f} µs/req, "
+                      f"ext_proc CPU {med(a, 'ext_us'):.0f} vs {med(b, 'ext_us'):.0f} µs/req "
+                      f"({med(a, 'ext_us') - med(b, 'ext_us'):+.0f}), "
                       f"Envoy CPU {med(a, 'envoy_us'):.0f} vs {med(b, 'envoy_us'):.0f} µs/req")
+
+        versus("kvroute-ext-proc (response headers on) vs the protocol floor: kvroute's own work", "kv", "floor")
+        if untimed:
+            versus("kvroute timing a few streamed responses (kv) vs not (kv-untimed)", "kv", "kv-untimed")
         print()
         for label, f in (("kvroute", fields), ("kvroute untimed", untimed_fields)):
             if not f:
