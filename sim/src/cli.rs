@@ -103,7 +103,9 @@ struct StudyArgs {
     #[arg(long, default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
     snapshot_every_ms: u64,
     /// What the router is told per request: streaming (first tokens and usage, as a C or Go
-    /// proxy tells it) or total-only (the total time, as kvroute-ext-proc behind Envoy does).
+    /// proxy tells it), envoy (as kvroute-ext-proc behind Envoy: every timing for at most 4
+    /// responses at once, the total time for the rest) or total-only (the total time only, as
+    /// kvroute-ext-proc with [stream_timing] max_streams = 0).
     #[arg(long, default_value = "streaming")]
     feedback: String,
     /// The per-pod capacity told to the router (default: --max-num-seqs); least-ttft uses it.
@@ -386,7 +388,7 @@ fn study_cmd(a: StudyArgs) -> ExitCode {
     };
     let Some(feedback) = crate::cluster::Feedback::parse(&a.feedback) else {
         eprintln!(
-            "error: --feedback must be streaming or total-only, got {:?}",
+            "error: --feedback must be streaming, envoy or total-only, got {:?}",
             a.feedback
         );
         return ExitCode::from(2);

@@ -34,16 +34,28 @@ pub enum Feedback {
     /// prompt and cached tokens, and a completion with every timing.
     #[default]
     Streaming,
-    /// `kvroute-ext-proc` behind Envoy: completions carry the total time only; the router
-    /// learns the rest from engine snapshots.
+    /// `kvroute-ext-proc` behind Envoy as shipped: at most [`ENVOY_TIMED_STREAMS`] responses
+    /// at once are timed through it, and their completions carry every timing (the first
+    /// token and usage are read from the response body; nothing is reported at the first
+    /// token itself); the others carry the total time only. A request predicted to prefill at
+    /// least an engine block at once may take the whole budget, any other half of it (as
+    /// `kvroute-ext-proc`'s `stream_timing::budget_for`).
+    Envoy,
+    /// `kvroute-ext-proc` with `[stream_timing] max_streams = 0`: completions carry the total
+    /// time only; the router learns the rest from engine snapshots.
     TotalOnly,
 }
 
+/// `kvroute-ext-proc`'s default `[stream_timing] max_streams`: how many responses it times at
+/// once ([`Feedback::Envoy`]).
+pub const ENVOY_TIMED_STREAMS: usize = 4;
+
 impl Feedback {
-    /// Parses `streaming` or `total-only`.
+    /// Parses `streaming`, `envoy` or `total-only`.
     pub fn parse(s: &str) -> Option<Feedback> {
         match s {
             "streaming" => Some(Feedback::Streaming),
+            "envoy" => Some(Feedback::Envoy),
             "total-only" => Some(Feedback::TotalOnly),
             _ => None,
         }
@@ -158,6 +170,11 @@ pub struct RunResult {
     pub output_throughput: f64,
     /// Simulated duration, s.
     pub duration_s: f64,
+    /// [`Feedback::Envoy`]: responses timed (their completions carried every timing), and the
+    /// most timed at once.
+    pub timed_responses: u64,
+    /// See `timed_responses`.
+    pub peak_timed_responses: usize,
 }
 
 /// The client's side of a run.
@@ -201,6 +218,10 @@ struct Live {
     prompt: u32,
     pod: usize,
     ticket: Option<kvroute_core::Ticket>,
+    /// [`Feedback::Envoy`]: predicted to prefill at least an engine block at once.
+    cold_prefill: bool,
+    /// [`Feedback::Envoy`]: its response is timed (it holds one of the timed streams).
+    timed: bool,
 }
 
 /// A router and its engines.
@@ -209,6 +230,10 @@ pub struct Cluster {
     router: Router,
     engines: Vec<Engine>,
     pod_ids: Vec<PodId>,
+    /// [`Feedback::Envoy`]: responses being timed, timed in this run, and the most at once.
+    timed_open: usize,
+    timed_total: u64,
+    timed_peak: usize,
 }
 
 fn ts(us: u64) -> Timestamp {
@@ -249,6 +274,9 @@ impl Cluster {
             router,
             engines,
             pod_ids,
+            timed_open: 0,
+            timed_total: 0,
+            timed_peak: 0,
         })
     }
 
@@ -340,6 +368,7 @@ impl Cluster {
         default_strategy: &StrategySpec,
         label: &str,
     ) -> Result<RunResult, SimError> {
+        (self.timed_total, self.timed_peak) = (0, self.timed_open);
         // Parse per-request strategies up front so a bad trace fails before anything runs.
         let mut specs: Vec<Option<StrategySpec>> = Vec::with_capacity(arrivals.len());
         for (i, a) in arrivals.iter().enumerate() {
@@ -534,6 +563,8 @@ impl Cluster {
                 0.0
             },
             duration_s: now as f64 / 1e6,
+            timed_responses: self.timed_total,
+            peak_timed_responses: self.timed_peak,
         })
     }
 
@@ -571,6 +602,10 @@ impl Cluster {
         rec.decision = Some(d.to_string());
         live[id].pod = pod;
         live[id].ticket = Some(d.ticket);
+        let p = &d.prediction;
+        live[id].cold_prefill = p.queue_ms == 0
+            && p.prompt_tokens.saturating_sub(p.cached_tokens)
+                >= self.config.router.ttft.engine_block_tokens;
         Some((now + self.config.overhead_us, id, pod))
     }
 
@@ -601,6 +636,21 @@ impl Cluster {
         if busy_until[pod].is_none() {
             busy_until[pod] = self.engines[pod].start_step().map(|dur| now + dur);
         }
+        // Accepted: the response headers are on their way, and kvroute-ext-proc decides there
+        // whether to time the response.
+        if self.config.feedback == Feedback::Envoy {
+            let budget = if live[id].cold_prefill {
+                ENVOY_TIMED_STREAMS
+            } else {
+                ENVOY_TIMED_STREAMS.div_ceil(2)
+            };
+            if self.timed_open < budget {
+                self.timed_open += 1;
+                self.timed_total += 1;
+                self.timed_peak = self.timed_peak.max(self.timed_open);
+                live[id].timed = true;
+            }
+        }
         true
     }
 
@@ -619,18 +669,27 @@ impl Cluster {
         rec.judge(&self.config.slo);
         if let Some(ticket) = l.ticket {
             let total_ms = Some((t - l.sent_us) / 1000);
-            let timings = match self.config.feedback {
-                Feedback::Streaming => Timings {
+            if l.timed {
+                self.timed_open -= 1;
+            }
+            let full = match self.config.feedback {
+                Feedback::Streaming => true,
+                Feedback::Envoy => l.timed,
+                Feedback::TotalOnly => false,
+            };
+            let timings = if full {
+                Timings {
                     first_token_ms: Some((first - l.sent_us) / 1000),
                     total_ms,
                     output_tokens: Some(l.generated),
                     cached_tokens: Some(l.cached),
                     prompt_tokens: Some(l.prompt),
-                },
-                Feedback::TotalOnly => Timings {
+                }
+            } else {
+                Timings {
                     total_ms,
                     ..Timings::default()
-                },
+                }
             };
             let _ = self.router.complete(
                 ticket,

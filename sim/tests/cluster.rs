@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use kvroute_core::{Strategy, StrategySpec};
-use kvroute_sim::cluster::{Cluster, ClusterConfig};
+use kvroute_sim::cluster::{Cluster, ClusterConfig, Feedback, ENVOY_TIMED_STREAMS};
 use kvroute_sim::workload::{parse_trace, synthetic_prompt, Arrival};
 
 fn arrival(at_s: f64, prompt: String, out: u32) -> Arrival {
@@ -109,4 +109,47 @@ fn trace_headers_override_the_strategy_and_bad_requests_fail_cleanly() {
         ..ClusterConfig::default()
     })
     .is_err());
+}
+
+/// Behind Envoy at most 4 responses at once are timed; the others complete with the total time
+/// only, and every ticket is completed either way. Without timing none is.
+#[test]
+fn behind_envoy_a_few_responses_at_once_are_timed() {
+    // 30 cold prompts, one every 0.5 s over two pods: each prefills at once (a cold prefill,
+    // which may take the whole budget) and decodes for seconds, so many more are open than the
+    // budget.
+    let arrivals: Vec<Arrival> = (0..30)
+        .map(|i| {
+            arrival(
+                f64::from(i) * 0.5,
+                synthetic_prompt(&format!("p{i}"), 3_000),
+                80,
+            )
+        })
+        .collect();
+    let run = |feedback| {
+        let mut c = Cluster::new(ClusterConfig {
+            feedback,
+            ..ClusterConfig::default()
+        })
+        .unwrap();
+        let r = c
+            .run(&arrivals, &StrategySpec::single(Strategy::LeastTtft), "t")
+            .unwrap();
+        assert!(r.records.iter().all(|x| x.success));
+        assert_eq!(c.router().open_tickets(), 0, "every ticket completed");
+        r
+    };
+    let envoy = run(Feedback::Envoy);
+    assert_eq!(envoy.peak_timed_responses, ENVOY_TIMED_STREAMS);
+    assert!(
+        envoy.timed_responses > ENVOY_TIMED_STREAMS as u64 && envoy.timed_responses < 30,
+        "{}",
+        envoy.timed_responses
+    );
+    let untimed = run(Feedback::TotalOnly);
+    assert_eq!(
+        (untimed.timed_responses, untimed.peak_timed_responses),
+        (0, 0)
+    );
 }
