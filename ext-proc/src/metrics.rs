@@ -38,6 +38,7 @@ pub struct Metrics {
     reloads: Family<Labels, Counter>,
     scrape_errors: Family<Labels, Counter>,
     timed_responses: Counter,
+    timed_without_body: Counter,
 }
 
 impl Metrics {
@@ -56,6 +57,7 @@ impl Metrics {
             reloads: Family::default(),
             scrape_errors: Family::default(),
             timed_responses: Counter::default(),
+            timed_without_body: Counter::default(),
         };
         registry.register(
             "aibrix_prefix_cache_routing_latency_seconds",
@@ -96,6 +98,11 @@ impl Metrics {
             "kvroute_timed_responses",
             "Streaming responses whose body Envoy was asked to pass through kvroute, to time their first token and read their usage",
             m.timed_responses.clone(),
+        );
+        registry.register(
+            "kvroute_timed_responses_without_body",
+            "Timed responses that succeeded without any body chunk reaching kvroute: Envoy ignored the mode override (set allow_mode_override: true on the ext_proc filter) or the body was empty",
+            m.timed_without_body.clone(),
         );
         registry.register_collector(Box::new(RouterCollector { router, engines }));
         m
@@ -145,6 +152,12 @@ impl Metrics {
     /// A response is timed (its body streamed through kvroute).
     pub fn response_timed(&self) {
         self.timed_responses.inc();
+    }
+
+    /// A timed response succeeded without any body chunk reaching kvroute; true the first time
+    /// (for a one-time warning).
+    pub fn timed_response_without_body(&self) -> bool {
+        self.timed_without_body.inc() == 0
     }
 
     /// A reload finished (`result`: ok, error).

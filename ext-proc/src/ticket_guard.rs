@@ -113,6 +113,23 @@ impl TicketGuard {
 impl Drop for TicketGuard {
     fn drop(&mut self) {
         let completion = self.completion(Instant::now());
+        let body_missing = self
+            .timing
+            .as_ref()
+            .is_some_and(|t| t.first_chunk().is_none());
+        // A successful 2xx response carries a total time; if it was timed and no body chunk came
+        // through, Envoy most likely ignored the mode override.
+        if body_missing
+            && completion.timings.total_ms.is_some()
+            && self.shared.metrics.timed_response_without_body()
+        {
+            tracing::warn!(
+                "a timed response ended without its body passing through kvroute: set \
+                 allow_mode_override: true on Envoy's ext_proc filter, or [stream_timing] \
+                 max_streams = 0 (this warning is shown once; see \
+                 kvroute_timed_responses_without_body_total)"
+            );
+        }
         let now = self.shared.now();
         let result = self
             .shared
@@ -181,6 +198,30 @@ mod tests {
         g.on_response_status(Some(503));
         assert_eq!(g.completion(g_routed(&g, 100)).timings, Timings::default());
         drop(g);
+        assert_eq!(budget.open(), 0);
+    }
+
+    #[test]
+    fn a_timed_success_whose_body_never_came_through_is_counted() {
+        use crate::stream_timing::{ResponseTiming, StreamBudget};
+        let budget = Arc::new(StreamBudget::default());
+        // Returns whether the drop counted it (the counter is per guard: guard() is new state).
+        let counted = |status: u16, chunk: bool| {
+            let mut g = guard();
+            let shared = Arc::clone(&g.shared);
+            g.time_response(ResponseTiming::new(budget.try_acquire(4).unwrap()));
+            if chunk {
+                let at = g_routed(&g, 5);
+                g.timing_mut().unwrap().on_chunk(b"data: {}\n\n", at);
+            }
+            g.on_response_status(Some(status));
+            drop(g);
+            // true = the counter was still 0 before this call.
+            !shared.metrics.timed_response_without_body()
+        };
+        assert!(counted(200, false), "Envoy ignored the mode override");
+        assert!(!counted(200, true));
+        assert!(!counted(503, false), "a failure is not a misconfiguration");
         assert_eq!(budget.open(), 0);
     }
 

@@ -711,6 +711,11 @@ fn hot50_through_envoy_least_ttft_meets_slo_more_than_prefix_cache() {
     println!("responses timed: {timed} of 192 (+ 16 priming)");
     assert!(timed > 0, "{m}");
     assert_eq!(
+        metric_sum(&m, "kvroute_timed_responses_without_body_total"),
+        0,
+        "the shipped Envoy configuration passes timed bodies through kvroute\n{m}"
+    );
+    assert_eq!(
         metric_sum(&m, "kvroute_engine_scrape_errors_total"),
         0,
         "{m}"
