@@ -6,6 +6,7 @@
 //! `using_kv_sync="false"`). Per-request service metrics (routing latency, rejections,
 //! ext_proc stream ends and errors, reloads) are live prometheus-client metrics.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use kvroute_core::{EngineSnapshot, Outcome, Reason, Router, MATCH_BUCKETS};
@@ -39,7 +40,13 @@ pub struct Metrics {
     scrape_errors: Family<Labels, Counter>,
     timed_responses: Counter,
     timed_without_body: Counter,
+    /// Whether any timed response's body has reached kvroute.
+    timed_body_seen: AtomicBool,
 }
+
+/// Timed successes without a body, none ever with one, after which kvroute warns that Envoy
+/// ignores the mode override (one could be a client gone before the first token).
+const TIMED_WITHOUT_BODY_WARNING: u64 = 3;
 
 impl Metrics {
     /// Creates the metrics and registers them (and a [`RouterCollector`] over `router`).
@@ -58,6 +65,7 @@ impl Metrics {
             scrape_errors: Family::default(),
             timed_responses: Counter::default(),
             timed_without_body: Counter::default(),
+            timed_body_seen: AtomicBool::new(false),
         };
         registry.register(
             "aibrix_prefix_cache_routing_latency_seconds",
@@ -101,7 +109,7 @@ impl Metrics {
         );
         registry.register(
             "kvroute_timed_responses_without_body",
-            "Timed responses that succeeded without any body chunk reaching kvroute: Envoy ignored the mode override (set allow_mode_override: true on the ext_proc filter) or the body was empty",
+            "Timed responses that succeeded without any body chunk reaching kvroute: Envoy ignored the mode override (set allow_mode_override: true on the ext_proc filter), or the client went away before the first token",
             m.timed_without_body.clone(),
         );
         registry.register_collector(Box::new(RouterCollector { router, engines }));
@@ -154,10 +162,22 @@ impl Metrics {
         self.timed_responses.inc();
     }
 
-    /// A timed response succeeded without any body chunk reaching kvroute; true the first time
-    /// (for a one-time warning).
-    pub fn timed_response_without_body(&self) -> bool {
-        self.timed_without_body.inc() == 0
+    /// A timed response succeeded; `had_body`: whether any of its body reached kvroute. True
+    /// once, when the [`TIMED_WITHOUT_BODY_WARNING`]-th without a body ends and none ever had
+    /// one (for a one-time warning that Envoy ignores the mode override).
+    pub fn timed_response_succeeded(&self, had_body: bool) -> bool {
+        if had_body {
+            self.timed_body_seen.store(true, Ordering::Relaxed);
+            return false;
+        }
+        self.timed_without_body.inc() + 1 == TIMED_WITHOUT_BODY_WARNING
+            && !self.timed_body_seen.load(Ordering::Relaxed)
+    }
+
+    /// How many timed responses succeeded without a body (tests).
+    #[cfg(test)]
+    pub fn timed_without_body(&self) -> u64 {
+        self.timed_without_body.get()
     }
 
     /// A reload finished (`result`: ok, error).

@@ -277,10 +277,10 @@ impl StreamState {
                 && value("content-type").is_some_and(is_event_stream)
             {
                 let settings = self.shared.settings();
-                let p = &r.decision.prediction;
-                let cold_prefill = p.queue_ms == 0
-                    && p.prompt_tokens.saturating_sub(p.cached_tokens)
-                        >= settings.engine_block_tokens;
+                let cold_prefill = r
+                    .decision
+                    .prediction
+                    .is_cold_prefill(settings.engine_block_tokens);
                 let max = stream_timing::budget_for(settings.max_timed_streams, cold_prefill);
                 if let Some(permit) = self.shared.stream_budget.try_acquire(max) {
                     r.guard.time_response(ResponseTiming::new(permit));

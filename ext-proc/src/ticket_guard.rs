@@ -113,22 +113,17 @@ impl TicketGuard {
 impl Drop for TicketGuard {
     fn drop(&mut self) {
         let completion = self.completion(Instant::now());
-        let body_missing = self
-            .timing
-            .as_ref()
-            .is_some_and(|t| t.first_chunk().is_none());
-        // A successful 2xx response carries a total time; if it was timed and no body chunk came
-        // through, Envoy most likely ignored the mode override.
-        if body_missing
-            && completion.timings.total_ms.is_some()
-            && self.shared.metrics.timed_response_without_body()
-        {
-            tracing::warn!(
-                "a timed response ended without its body passing through kvroute: set \
-                 allow_mode_override: true on Envoy's ext_proc filter, or [stream_timing] \
-                 max_streams = 0 (this warning is shown once; see \
-                 kvroute_timed_responses_without_body_total)"
-            );
+        // A successful 2xx response carries a total time.
+        if let (Some(t), Some(_)) = (&self.timing, completion.timings.total_ms) {
+            let had_body = t.first_chunk().is_some();
+            if self.shared.metrics.timed_response_succeeded(had_body) {
+                tracing::warn!(
+                    "timed responses end without their body passing through kvroute: Envoy \
+                     ignores the mode override; set allow_mode_override: true on its ext_proc \
+                     filter, or [stream_timing] max_streams = 0 (shown once; see \
+                     kvroute_timed_responses_without_body_total)"
+                );
+            }
         }
         let now = self.shared.now();
         let result = self
@@ -202,26 +197,40 @@ mod tests {
     }
 
     #[test]
-    fn a_timed_success_whose_body_never_came_through_is_counted() {
+    fn timed_successes_without_a_body_are_counted_and_warned_of_once() {
         use crate::stream_timing::{ResponseTiming, StreamBudget};
         let budget = Arc::new(StreamBudget::default());
-        // Returns whether the drop counted it (the counter is per guard: guard() is new state).
-        let counted = |status: u16, chunk: bool| {
-            let mut g = guard();
-            let shared = Arc::clone(&g.shared);
+        let shared = Arc::clone(&guard().shared);
+        let end = |status: u16, chunk: bool| {
+            let d = shared
+                .router
+                .lock()
+                .route(kvroute_core::RouteRequest::new("m", &[]), shared.now())
+                .unwrap();
+            let mut g = TicketGuard::new(Arc::clone(&shared), d.ticket);
             g.time_response(ResponseTiming::new(budget.try_acquire(4).unwrap()));
             if chunk {
                 let at = g_routed(&g, 5);
                 g.timing_mut().unwrap().on_chunk(b"data: {}\n\n", at);
             }
             g.on_response_status(Some(status));
-            drop(g);
-            // true = the counter was still 0 before this call.
-            !shared.metrics.timed_response_without_body()
         };
-        assert!(counted(200, false), "Envoy ignored the mode override");
-        assert!(!counted(200, true));
-        assert!(!counted(503, false), "a failure is not a misconfiguration");
+        end(200, false);
+        end(503, false); // a failure is not counted
+        end(200, false);
+        assert_eq!(shared.metrics.timed_without_body(), 2);
+        // The third without a body, none with one: the warning's turn, once.
+        assert!(shared.metrics.timed_response_succeeded(false));
+        assert!(!shared.metrics.timed_response_succeeded(false));
+        end(200, true);
+        assert_eq!(shared.metrics.timed_without_body(), 4);
+        // Once a body has come through, Envoy honours the override: no warning.
+        let other = guard();
+        for _ in 0..5 {
+            assert!(!other.shared.metrics.timed_response_succeeded(true));
+        }
+        assert!(!other.shared.metrics.timed_response_succeeded(false));
+        drop(other);
         assert_eq!(budget.open(), 0);
     }
 

@@ -118,6 +118,31 @@ pub struct Prediction {
     pub runner_up_ttft_ms: Option<u32>,
 }
 
+impl Prediction {
+    /// Whether the request is predicted to start prefilling at once with at least
+    /// `engine_block_tokens` not cached: a request whose first token measures the pod's prefill
+    /// rate. A shell that can time only a few responses (kvroute-ext-proc) times these first.
+    ///
+    /// ```
+    /// use kvroute_core::Prediction;
+    /// let p = Prediction {
+    ///     ttft_ms: 1_600,
+    ///     queue_ms: 0,
+    ///     stall_ms: 0,
+    ///     cached_tokens: 3_136,
+    ///     prompt_tokens: 5_000,
+    ///     runner_up_ttft_ms: None,
+    /// };
+    /// assert!(p.is_cold_prefill(1_568)); // 1,864 tokens to prefill, at once
+    /// assert!(!p.is_cold_prefill(2_048)); // less than a block
+    /// assert!(!Prediction { queue_ms: 1, ..p }.is_cold_prefill(1_568)); // waits first
+    /// ```
+    pub fn is_cold_prefill(&self, engine_block_tokens: u32) -> bool {
+        self.queue_ms == 0
+            && self.prompt_tokens.saturating_sub(self.cached_tokens) >= engine_block_tokens
+    }
+}
+
 /// One routing decision. The request holds an in-flight slot on `pod` until
 /// [`crate::Router::complete`] is called with `ticket`.
 #[derive(Clone, Debug, PartialEq)]

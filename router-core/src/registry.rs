@@ -10,7 +10,7 @@ use hashbrown::HashMap;
 use smallvec::SmallVec;
 
 use crate::ids::{ModelId, PodId};
-use crate::ttft::{PodModel, TtftConfig};
+use crate::ttft::{GlobalModel, PodModel, TtftConfig};
 
 /// Why a registry change was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -66,7 +66,8 @@ pub struct PodInfo {
     /// Prompt tokens the TTFT model predicted its engine would serve from cache, summed over
     /// the requests routed to it (compare with the engine's `prefix_cache_hits`).
     pub predicted_hit_tokens: u64,
-    /// The TTFT model's prefill rate for it, tokens/s (the prior until learned).
+    /// The prefill rate the TTFT model predicts with for it, tokens/s: its own once it has a
+    /// few measured samples, the fleet's pooled rate before (the prior until learned).
     pub prefill_tokens_per_s: f64,
     /// The TTFT model's time per output token for it, ms (the prior until learned).
     pub tpot_ms: f64,
@@ -246,7 +247,7 @@ impl Registry {
         Ok(())
     }
 
-    pub(crate) fn info(&self, id: PodId) -> Option<PodInfo> {
+    pub(crate) fn info(&self, id: PodId, global: &GlobalModel) -> Option<PodInfo> {
         let p = self.pod(id).ok()?;
         Some(PodInfo {
             id,
@@ -262,7 +263,7 @@ impl Registry {
                 .collect(),
             max_seqs: p.model.max_seqs,
             predicted_hit_tokens: p.model.predicted_hit_tokens,
-            prefill_tokens_per_s: p.model.prefill_tps.get(),
+            prefill_tokens_per_s: p.model.prefill_rate(global),
             tpot_ms: p.model.tpot_ms.get(),
             overhead_ms: p.model.overhead_ms.get(),
         })

@@ -293,14 +293,14 @@ impl Router {
 
     /// A live pod.
     pub fn pod(&self, pod: PodId) -> Option<PodInfo> {
-        self.registry.info(pod)
+        self.registry.info(pod, &self.global)
     }
 
     /// Every live pod, in the order they were added.
     pub fn pods(&self) -> Vec<PodInfo> {
         self.registry
             .live_pods()
-            .filter_map(|p| self.registry.info(p))
+            .filter_map(|p| self.registry.info(p, &self.global))
             .collect()
     }
 

@@ -602,10 +602,9 @@ impl Cluster {
         rec.decision = Some(d.to_string());
         live[id].pod = pod;
         live[id].ticket = Some(d.ticket);
-        let p = &d.prediction;
-        live[id].cold_prefill = p.queue_ms == 0
-            && p.prompt_tokens.saturating_sub(p.cached_tokens)
-                >= self.config.router.ttft.engine_block_tokens;
+        live[id].cold_prefill = d
+            .prediction
+            .is_cold_prefill(self.config.router.ttft.engine_block_tokens);
         Some((now + self.config.overhead_us, id, pod))
     }
 

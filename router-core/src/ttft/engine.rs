@@ -193,9 +193,8 @@ impl PodModel {
     /// window without a sample.
     fn learn_from_engine(&mut self, s: &EngineSnapshot, cfg: &TtftConfig) {
         if self.first_tokens != Reports::Missing {
-            return;
-        }
-        if let (Some(n), Some(secs), Some(q), Some(h)) = (
+            // Completions report first tokens: they teach the prefill rate and overhead.
+        } else if let (Some(n), Some(secs), Some(q), Some(h)) = (
             s.prefills,
             s.prefill_seconds,
             s.prefix_queries,
@@ -217,7 +216,9 @@ impl PodModel {
                 _ => self.engine_rates.prefill = Some(now),
             }
         }
-        if let (Some(n), Some(secs)) = (s.inter_tokens, s.inter_token_seconds) {
+        if self.decode_timings != Reports::Missing {
+            // Completions report first tokens and output tokens: they teach TPOT.
+        } else if let (Some(n), Some(secs)) = (s.inter_tokens, s.inter_token_seconds) {
             match self.engine_rates.decode {
                 Some((n0, s0)) if n >= n0 && secs >= s0 => {
                     if n - n0 >= MIN_ENGINE_TOKEN_GAPS {
@@ -270,6 +271,7 @@ mod tests {
         let mut pod = PodModel::new(&c);
         // Completions came without first-token times or cached tokens (behind Envoy).
         pod.first_tokens = Reports::Missing;
+        pod.decode_timings = Reports::Missing;
         pod.cached_tokens = Reports::Missing;
         // Every second the engine finishes 4 prefills of 4,000 computed tokens (0.5 s each)
         // and 400 output-token gaps of 25 ms.
@@ -325,11 +327,22 @@ mod tests {
         for reports in [Reports::Unknown, Reports::Present] {
             let mut pod = PodModel::new(&c);
             pod.first_tokens = reports;
+            pod.decode_timings = reports;
             for k in 0..30 {
                 pod.observe(snap(k), t(k * 1_000), &c);
             }
             assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), (1_000.0, 100.0));
         }
+        // First tokens without output tokens (behind Envoy, a timed response whose client did
+        // not ask for usage) teach the prefill side only: TPOT still comes from the engine.
+        let mut pod = PodModel::new(&c);
+        pod.first_tokens = Reports::Present;
+        pod.decode_timings = Reports::Missing;
+        for k in 0..30 {
+            pod.observe(snap(k), t(k * 1_000), &c);
+        }
+        assert_eq!(pod.prefill_tps.get(), 1_000.0);
+        assert!((pod.tpot_ms.get() - 25.0).abs() < 0.5, "{:?}", pod.tpot_ms);
     }
 
     #[test]

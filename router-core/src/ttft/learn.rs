@@ -27,6 +27,11 @@ pub(crate) fn learn(
     if let Some(out) = timings.output_tokens {
         global.output_tokens.learn(f64::from(out), cfg);
     }
+    pod.decode_timings.note(
+        timings.first_token_ms.is_some()
+            && timings.output_tokens.is_some()
+            && timings.total_ms.is_some(),
+    );
     if let (Some(first), Some(total), Some(out)) = (
         timings.first_token_ms,
         timings.total_ms,
@@ -251,5 +256,44 @@ mod tests {
         }
         assert_eq!(b.prefill_rate(&g), 1_500.0);
         assert_eq!(a.prefill_rate(&g), 3_000.0);
+    }
+
+    #[test]
+    fn completions_say_which_rates_they_can_teach() {
+        let c = cfg();
+        let (mut pod, mut g) = (PodModel::new(&c), GlobalModel::new(&c));
+        let ctx = TicketContext::default();
+        let total_only = crate::tickets::Timings {
+            total_ms: Some(9_000),
+            ..Default::default()
+        };
+        learn(&mut pod, &mut g, &c, &ctx, &total_only);
+        assert_eq!(
+            (pod.first_tokens, pod.decode_timings),
+            (Reports::Missing, Reports::Missing)
+        );
+        // A first token without output tokens (a timed response without usage) speaks for the
+        // prefill side only.
+        let first_only = crate::tickets::Timings {
+            first_token_ms: Some(500),
+            ..total_only
+        };
+        learn(&mut pod, &mut g, &c, &ctx, &first_only);
+        assert_eq!(
+            (pod.first_tokens, pod.decode_timings),
+            (Reports::Present, Reports::Missing)
+        );
+        let both = crate::tickets::Timings {
+            output_tokens: Some(100),
+            ..first_only
+        };
+        learn(&mut pod, &mut g, &c, &ctx, &both);
+        assert_eq!(pod.decode_timings, Reports::Present);
+        learn(&mut pod, &mut g, &c, &ctx, &total_only);
+        assert_eq!(
+            (pod.first_tokens, pod.decode_timings),
+            (Reports::Present, Reports::Present),
+            "once present, for good"
+        );
     }
 }

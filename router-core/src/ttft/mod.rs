@@ -94,9 +94,10 @@
 //!   the router-wide bytes per token, and the engine's `prefix_cache_hits` against the indexed
 //!   and other tokens routed for `trust` and `extra` (the per-request rule below, applied to
 //!   the window's sums).
-//! - Engine counters teach a quantity only where completions do not: a pod's prefill rate,
-//!   overhead and TPOT once its completions have come without first-token times (behind
-//!   Envoy), its `trust` and `extra` once they have come without cached tokens, and the bytes
+//! - Engine counters teach a quantity only where completions do not: a pod's prefill rate and
+//!   overhead once its completions have come without first-token times (behind Envoy, where
+//!   few responses are timed), its TPOT once they have come without a first-token time or
+//!   output tokens, its `trust` and `extra` once they have come without cached tokens, and the bytes
 //!   per token once completions have come without prompt tokens. Until the first completion,
 //!   and for good once one carries the signal, the per-request samples are the source
 //!   (window sums are biased where requests overlap; per-request samples are chosen where
@@ -118,11 +119,11 @@ pub(crate) use learned::{Ewma, Fraction};
 use crate::ids::Ticket;
 use crate::time::Timestamp;
 
-/// One open request on a pod, as the model sees it.
 /// Measured prefill-rate samples after which a pod predicts with its own rate rather than the
 /// fleet's (see the module docs).
 pub(crate) const OWN_PREFILL_SAMPLES: u32 = 3;
 
+/// One open request on a pod, as the model sees it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) struct OpenRequest {
     pub(crate) ticket: Ticket,
@@ -170,8 +171,12 @@ pub(crate) struct PodModel {
     /// What was routed to the pod, cumulative (the engine counters unused here).
     pub(crate) routed: RoutedTotals,
     /// Whether its completions report first-token times (engine counters teach its prefill
-    /// rate, overhead and TPOT only when they do not).
+    /// rate and overhead only when they do not).
     pub(crate) first_tokens: Reports,
+    /// Whether its completions report a first-token time and output tokens, what a TPOT sample
+    /// needs (engine counters teach its TPOT only when they do not: behind Envoy a timed
+    /// response carries output tokens only when the client asked for usage).
+    pub(crate) decode_timings: Reports,
     /// Whether its completions report prompt and cached tokens (engine counters teach its
     /// `trust` and `extra` only when they do not).
     pub(crate) cached_tokens: Reports,
@@ -194,6 +199,7 @@ impl PodModel {
             predicted_hit_tokens: 0,
             routed: RoutedTotals::default(),
             first_tokens: Reports::Unknown,
+            decode_timings: Reports::Unknown,
             cached_tokens: Reports::Unknown,
         }
     }
@@ -225,9 +231,6 @@ impl PodModel {
         }
     }
 
-    /// Whether a request may be sent to find out if the pod is warm: `extra` has no sample
-    /// yet, no probe is out, and completions may carry the answer (cached tokens; shells that
-    /// never report them learn `extra` from engine counters only).
     /// The prefill rate to predict with: the pod's own once it has [`OWN_PREFILL_SAMPLES`]
     /// measured samples (or the fleet has no more than it), the fleet's before.
     pub(crate) fn prefill_rate(&self, global: &GlobalModel) -> f64 {
@@ -239,6 +242,9 @@ impl PodModel {
         }
     }
 
+    /// Whether a request may be sent to find out if the pod is warm: `extra` has no sample
+    /// yet, no probe is out, and completions may carry the answer (cached tokens; shells that
+    /// never report them learn `extra` from engine counters only).
     pub(crate) fn may_probe(&self) -> bool {
         !self.extra.sampled() && self.probe.is_none() && self.cached_tokens != Reports::Missing
     }

@@ -155,7 +155,6 @@ impl BoundServer {
         let engine_task = tokio::spawn(Arc::clone(&self.driver).run());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         // TCP_NODELAY, as vLLM's uvicorn sets it: without it, every SSE event written after a
-        // small one waits for the peer's delayed ACK (up to 40 ms).
         // small one waits for the peer's delayed ACK (up to 40 ms). A socket that refuses the
         // option is served anyway.
         let listener = self.listener.tap_io(|tcp| {
