@@ -345,7 +345,7 @@ impl prometheus_client::collector::Collector for RouterCollector {
         gauge(
             &mut enc,
             "kvroute_ttft_prefill_tokens_per_second",
-            "The least-ttft model's prefill rate for the pod (the prior until learned from completions or engine metrics)",
+            "The prefill rate least-ttft predicts with for the pod: its own once it has a few measured samples, the fleet's before (the prior until learned from completions or engine metrics)",
             &rates(&|p| p.prefill_tokens_per_s),
         )?;
         gauge(

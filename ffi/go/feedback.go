@@ -72,7 +72,8 @@ type EngineSnapshot struct {
 	// teaches the pod's prefill rate and overhead where completions carry no first-token time.
 	Prefill *EngineHistogram
 	// vllm:inter_token_latency_seconds (or vllm:time_per_output_token_seconds), cumulative.
-	// It teaches the pod's time per output token where completions carry no first-token time.
+	// It teaches the pod's time per output token where completions carry no first-token time
+	// or no output tokens.
 	InterToken *EngineHistogram
 }
 

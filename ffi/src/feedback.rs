@@ -256,10 +256,11 @@ pub extern "C" fn kvroute_router_observe_engine(
 /// `kvroute_router_observe_engine()` plus the engine's cumulative timing counters. Where the
 /// pod's completions come without first-token times (`kvroute_router_complete()`, or timings
 /// without `KVROUTE_TIMING_FIRST_TOKEN_MS`, as behind Envoy), the `least-ttft` model learns the
-/// pod's time per output token from the inter-token pair (one sample per at least 64 gaps
-/// between snapshots), and its prefill rate and overhead from the prefill pair together with
-/// the snapshot's `prefix_queries` and `prefix_hits` (prompt tokens computed per second of
-/// prefill, one sample per at least 4 prefills). A counter that went down (engine restart)
+/// pod's prefill rate and overhead from the prefill pair together with the snapshot's
+/// `prefix_queries` and `prefix_hits` (prompt tokens computed per second of prefill, one
+/// sample per at least 4 prefills); where they come without a first-token time or without
+/// output tokens, its time per output token from the inter-token pair (one sample per at least
+/// 64 gaps between snapshots). A counter that went down (engine restart)
 /// starts a new window. `snapshot` and `timing` are borrowed for the call only; `timing` may be
 /// NULL (no timing counters, the same as `kvroute_router_observe_engine()`). Returns
 /// `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timing->known` or a set
