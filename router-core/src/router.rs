@@ -240,7 +240,9 @@ impl Router {
         let sample = self.registry.pod_mut(pod)?.model.observe(snapshot, at, cfg);
         let from_engine = self.global.prompt_tokens == ttft::Reports::Missing;
         if let (Some(bytes_per_token), true) = (sample, from_engine) {
-            self.global.bytes_per_token.learn(bytes_per_token, cfg);
+            self.global
+                .bytes_per_token
+                .learn_measured(bytes_per_token, cfg);
         }
         Ok(())
     }

@@ -657,6 +657,40 @@ fn engine_snapshots_show_load_from_other_routers_until_stale() {
         .is_err());
 }
 
+/// Where completions carry no prompt tokens (behind Envoy, untimed), the first engine window
+/// replaces the bytes-per-token prior: it is one exact ratio over whole prompts.
+#[test]
+fn an_engine_window_replaces_the_bytes_per_token_prior() {
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let snap = |queries| kvroute_core::EngineSnapshot {
+        prefix_queries: Some(queries),
+        prefix_hits: Some(0),
+        ..Default::default()
+    };
+    r.observe_engine(pods[0], snap(0), t(0)).unwrap();
+    for i in 0..2u8 {
+        let mut p = vec![b'a'; 28_000];
+        p[0] = i;
+        let h = r.hash_config().hashes(&p);
+        let d = r.route(RouteRequest::new(MODEL, &h), t(1)).unwrap();
+        let total_only = kvroute_core::Timings {
+            total_ms: Some(5_000),
+            ..Default::default()
+        };
+        let done = Completion {
+            outcome: Outcome::Success,
+            timings: total_only,
+        };
+        r.complete(d.ticket, done, t(5_001)).unwrap();
+    }
+    assert_eq!(r.stats().prompt_bytes_per_token, 5.6, "the prior");
+    // The engine scheduled 7,000 tokens for the two 28,000-byte prompts: 8 bytes per token
+    // (the router counts prompt bytes in whole hash blocks: 27,968 each).
+    r.observe_engine(pods[0], snap(7_000), t(5_002)).unwrap();
+    let learned = r.stats().prompt_bytes_per_token;
+    assert!((learned - 8.0).abs() < 0.02, "{learned}");
+}
+
 #[test]
 fn models_without_pods_and_recorded_prefixes() {
     let mut r = Router::new(cfg()).unwrap();

@@ -70,6 +70,14 @@ pub(crate) struct RoutedTotals {
     pub(crate) unindexed_tokens: f64,
 }
 
+impl RoutedTotals {
+    /// The prompt tokens routed, as the router estimated them (from bytes, at the bytes per
+    /// token it had then).
+    fn estimated_tokens(&self) -> f64 {
+        self.indexed_tokens + self.unindexed_tokens
+    }
+}
+
 /// How much an older prefill window weighs in the fit, per newer window.
 const FIT_DECAY: f64 = 0.9;
 
@@ -174,11 +182,16 @@ impl PodModel {
             return None;
         }
         self.engine_rates.routed = Some(now);
-        if self.cached_tokens == Reports::Missing {
+        // The routed token counts came from bytes at the bytes per token the router had then;
+        // the engine's count of the same prompts rescales them (the index's promise with them),
+        // so a bytes-per-token estimate still far off does not read as a cache losing tokens.
+        let routed_tokens = now.estimated_tokens() - base.estimated_tokens();
+        if self.cached_tokens == Reports::Missing && routed_tokens > 0.0 {
+            let scale = tokens / routed_tokens;
             self.learn_reuse(
                 (hits - base.hits) as f64,
-                now.indexed_tokens - base.indexed_tokens,
-                now.unindexed_tokens - base.unindexed_tokens,
+                scale * (now.indexed_tokens - base.indexed_tokens),
+                scale * (now.unindexed_tokens - base.unindexed_tokens),
                 cfg,
             );
         }
@@ -407,6 +420,30 @@ mod tests {
         assert_eq!(pod.observe(snap(11_000, 0), t(3), &c), None);
         // A restart starts a new window.
         assert_eq!(pod.observe(snap(100, 0), t(4), &c), None);
+    }
+
+    #[test]
+    fn a_window_counts_the_indexed_tokens_at_the_engines_bytes_per_token() {
+        let c = cfg();
+        let mut pod = PodModel::new(&c);
+        pod.cached_tokens = Reports::Missing;
+        let snap = |queries, hits| EngineSnapshot {
+            prefix_queries: Some(queries),
+            prefix_hits: Some(hits),
+            ..Default::default()
+        };
+        pod.observe(snap(0, 0), t(0), &c);
+        // Two 5,000-token prompts of 28,000 bytes routed at the prior 4 bytes per token: the
+        // router counted 7,000 tokens each, 6,272 of them (4 blocks) promised by the index. The
+        // engine scheduled 5,000 each and served the 4,704 it can hold in whole blocks (3) from
+        // cache: all that the index really promised.
+        pod.routed.prompt_bytes += 56_000.0;
+        pod.routed.indexed_tokens += 2.0 * 6_272.0;
+        pod.routed.unindexed_tokens += 2.0 * 728.0;
+        assert_eq!(pod.observe(snap(10_000, 9_408), t(1), &c), Some(5.6));
+        // Counted at 4 bytes per token the engine would seem to have lost a quarter of them.
+        assert_eq!(pod.trust.get(), 1.0);
+        assert_eq!(pod.extra.get(), 0.0);
     }
 
     #[test]

@@ -69,10 +69,12 @@
 //!   `max(1/n, learning_rate)`, so the first replaces the prior (within the clamp). That prior
 //!   is the one most likely to be far off (it is the GPU's speed: a 5× faster engine makes the
 //!   default 5× too slow, as in the Envoy test), few cold prefills may come to correct it, and
-//!   a first-token sample measures it directly. The same start on TPOT, overhead, bytes per
-//!   token, or on the prefill rate from engine windows made the simulated study worse (those
-//!   early samples are noisier or biased: decodes stalled by prefills, prompts of different
-//!   lengths, misaligned counters).
+//!   a first-token sample measures it directly. Bytes per token from an engine window (below)
+//!   starts the same way: it is one exact ratio over whole prompts, and until it is learned
+//!   every token count is off by as much as the prior. The same start on TPOT, overhead,
+//!   per-request bytes per token, or on the prefill rate from engine windows made the
+//!   simulated study worse (those early samples are noisier or biased: decodes stalled by
+//!   prefills, prompts of different lengths, misaligned counters).
 //! - Measured (first-token) prefill-rate samples also teach a fleet-wide rate, and a pod with
 //!   fewer than `OWN_PREFILL_SAMPLES` (3) measured samples of its own predicts with the fleet's
 //!   rate when the fleet has measured more: the pod a hot family would spill to rarely sees a
@@ -93,7 +95,11 @@
 //!   what its engine scheduled: prompt bytes per scheduled token (`prefix_cache_queries`) for
 //!   the router-wide bytes per token, and the engine's `prefix_cache_hits` against the indexed
 //!   and other tokens routed for `trust` and `extra` (the per-request rule below, applied to
-//!   the window's sums).
+//!   the window's sums). The routed token counts were converted from bytes at the bytes per
+//!   token of their time, so they are first rescaled to the engine's count of the window's
+//!   tokens: with the prior still off, the index's promise would otherwise read as tokens the
+//!   engine lost (`trust` 0.75 for a warm pod, in the simulator behind Envoy). The windows
+//!   assume this router is the only one sending to the engine.
 //! - Engine counters teach a quantity only where completions do not: a pod's prefill rate and
 //!   overhead once its completions have come without first-token times (behind Envoy, where
 //!   few responses are timed), its TPOT once they have come without a first-token time or
