@@ -50,7 +50,9 @@ func (r *Router) CompleteWithTimings(ticket uint64, outcome Outcome, t Timings, 
 // as a streaming proxy sees it, so that least-ttft learns the pod's prompt-side rates a whole
 // decode before the completion. Only FirstTokenMs (required: StatusInvalidParameter without
 // it), PromptTokens and CachedTokens are read; TotalMs and OutputTokens are ignored, so the
-// same Timings can be passed to CompleteWithTimings at the end. Nothing is released: the
+// same Timings can be passed to CompleteWithTimings at the end. Prompt and cached tokens
+// given here are learned here, else from the completion's (a vLLM stream carries usage at
+// its first token only with continuous usage stats). Nothing is released: the
 // ticket must still be completed once. A second report for a ticket is ignored (nil); an
 // unknown ticket is StatusUnknownTicket, a completed or expired one StatusTicketNotOpen.
 func (r *Router) FirstToken(ticket uint64, t Timings, nowMs uint64) error {

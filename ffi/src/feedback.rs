@@ -105,8 +105,10 @@ pub extern "C" fn kvroute_router_complete_with_timings(
 /// read as a slow prefill); `prompt_tokens` and `cached_tokens` are read when their bits are set.
 /// The other `KVROUTE_TIMING_*` bits (`TOTAL_MS`, `OUTPUT_TOKENS`) are accepted and not read,
 /// so one struct can be filled in as the response streams, passed here at the first token and
-/// to `kvroute_router_complete_with_timings()` at the end (which then learns only the decode
-/// side: the prompt side is learned once per ticket). A second report for the same ticket
+/// to `kvroute_router_complete_with_timings()` at the end. Each part of the prompt side is
+/// learned once per ticket: the first-token time here; prompt and cached tokens here when
+/// their bits are set (a vLLM stream carries usage at its first token only with continuous
+/// usage stats), else from the completion's. A second report for the same ticket
 /// returns `KVROUTE_STATUS_OK` and is ignored. Reporting a ticket whose pod was removed
 /// meanwhile succeeds.
 ///

@@ -541,7 +541,8 @@ impl Router {
             queue_ms: est.queue_ms,
             uncached_tokens: est.uncached_tokens,
             indexed_tokens: est.indexed_tokens,
-            first_token_seen: false,
+            first_token_learned: false,
+            usage_learned: false,
         };
         let ticket = self.tickets.issue(chosen.pod, model, now, context);
         let pod = &mut self.registry.pods[chosen.pod.index()];
@@ -606,11 +607,12 @@ impl Router {
         self.tickets.stats.completed[outcome_index(completion.outcome)] += 1;
         if completion.outcome == Outcome::Success {
             if let Ok(p) = self.registry.pod_mut(open.pod) {
+                let mut context = open.context;
                 ttft::learn(
                     &mut p.model,
                     &mut self.global,
                     &self.config.ttft,
-                    &open.context,
+                    &mut context,
                     &completion.timings,
                 );
             }
@@ -621,12 +623,14 @@ impl Router {
     /// Reports the first token of an open request, as soon as the shell sees it (streaming
     /// proxies see it long before the completion). Only `first_token_ms` (time from routing to
     /// the first token; `None` = until `now`), `prompt_tokens` and `cached_tokens` of
-    /// `timings` are read; they teach least-ttft's prompt-side rates (prefill rate or
-    /// overhead, bytes per token, `trust`/`extra`) a whole decode earlier than the completion
-    /// would, the completion then does not learn them again, and the request's prefill counts
-    /// as over from then on. Optional: a shell that never calls it loses nothing but that head
-    /// start. Nothing is released; an unknown or closed ticket is an error and changes
-    /// nothing, and a second report for the same ticket is ignored.
+    /// `timings` are read. The time teaches least-ttft's prefill rate or overhead a whole decode
+    /// earlier than the completion would; prompt and cached tokens, when given (a stream
+    /// carries usage at its first token only with vLLM's continuous usage stats), teach bytes
+    /// per token and `trust`/`extra`, else the completion's usage does. What a report taught,
+    /// the completion does not learn again, and the request's prefill counts as over from
+    /// then on. Optional: a shell that never calls it loses nothing but that head start.
+    /// Nothing is released; an unknown or closed ticket is an error and changes nothing, and a
+    /// second report for the same ticket is ignored.
     pub fn first_token(
         &mut self,
         ticket: Ticket,
@@ -635,11 +639,10 @@ impl Router {
     ) -> Result<(), TicketError> {
         let now = self.clock(now);
         let open = self.tickets.get_mut(ticket)?;
-        if open.context.first_token_seen {
+        if open.context.first_token_learned {
             return Ok(());
         }
-        open.context.first_token_seen = true;
-        let (pod, context, issued) = (open.pod, open.context, open.issued);
+        let (pod, issued) = (open.pod, open.issued);
         let elapsed_ms = timings
             .first_token_ms
             .unwrap_or_else(|| now.millis_since(issued));
@@ -647,15 +650,18 @@ impl Router {
             first_token_ms: Some(elapsed_ms),
             ..timings
         };
-        if let Ok(p) = self.registry.pod_mut(pod) {
-            p.model.first_token(ticket, issued.add_millis(elapsed_ms));
-            ttft::learn_first_token(
-                &mut p.model,
-                &mut self.global,
-                &self.config.ttft,
-                &context,
-                &timings,
-            );
+        match self.registry.pod_mut(pod) {
+            Ok(p) => {
+                p.model.first_token(ticket, issued.add_millis(elapsed_ms));
+                ttft::learn_first_token(
+                    &mut p.model,
+                    &mut self.global,
+                    &self.config.ttft,
+                    &mut open.context,
+                    &timings,
+                );
+            }
+            Err(_) => open.context.first_token_learned = true,
         }
         Ok(())
     }

@@ -657,6 +657,39 @@ fn engine_snapshots_show_load_from_other_routers_until_stale() {
         .is_err());
 }
 
+/// A stream shows usage only at its end (without vLLM's continuous usage stats): a first token
+/// reported without prompt tokens teaches the prefill side, and the completion's usage still
+/// teaches the bytes per token.
+#[test]
+fn usage_missing_at_the_first_token_is_learned_at_the_completion() {
+    let (mut r, _) = router_with_pods(1, ttft_config());
+    let h = r.hash_config().hashes(&[b'q'; 28_000]);
+    let d = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    let first = kvroute_core::Timings {
+        first_token_ms: Some(900),
+        ..Default::default()
+    };
+    r.first_token(d.ticket, first, t(900)).unwrap();
+    assert_eq!(r.stats().prompt_bytes_per_token, 5.6, "the prior");
+    let usage = kvroute_core::Timings {
+        first_token_ms: Some(900),
+        total_ms: Some(8_000),
+        output_tokens: Some(128),
+        prompt_tokens: Some(3_496), // 27,968 bytes counted: 8 bytes per token
+        cached_tokens: Some(0),
+    };
+    let done = Completion {
+        outcome: Outcome::Success,
+        timings: usage,
+    };
+    r.complete(d.ticket, done, t(8_000)).unwrap();
+    let learned = r.stats().prompt_bytes_per_token;
+    assert!(
+        (learned - 6.08).abs() < 0.01,
+        "one EWMA step to 8: {learned}"
+    );
+}
+
 /// Where completions carry no prompt tokens (behind Envoy, untimed), the first engine window
 /// replaces the bytes-per-token prior: it is one exact ratio over whole prompts.
 #[test]

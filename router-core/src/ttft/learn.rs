@@ -2,6 +2,7 @@
 //! completion (the decode side), per the sample rules in the [`super`] docs.
 
 use super::{GlobalModel, PodModel, TtftConfig};
+use crate::tickets::Timings;
 
 /// What the router remembers about a routed request, for learning at completion.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -10,19 +11,21 @@ pub(crate) struct TicketContext {
     pub(crate) queue_ms: f64,
     pub(crate) uncached_tokens: f64,
     pub(crate) indexed_tokens: f64,
-    /// Whether [`learn_first_token`] has run for it (its completion then skips those samples).
-    pub(crate) first_token_seen: bool,
+    /// Whether its first-token time has been learned from (by [`learn_first_token`]).
+    pub(crate) first_token_learned: bool,
+    /// Whether its prompt and cached tokens (or their absence) have been learned from.
+    pub(crate) usage_learned: bool,
 }
 
-/// Learns from one successful completion (see the [`super`] docs for which samples count). The
-/// prompt-side samples (bytes per token, `trust`/`extra`, prefill rate or overhead) are
-/// skipped when the request's first token already taught them ([`learn_first_token`]).
+/// Learns from one successful completion (see the [`super`] docs for which samples count): the
+/// decode side, and what of the prompt side a first-token report has not taught already
+/// ([`learn_first_token`]).
 pub(crate) fn learn(
     pod: &mut PodModel,
     global: &mut GlobalModel,
     cfg: &TtftConfig,
-    ctx: &TicketContext,
-    timings: &crate::tickets::Timings,
+    ctx: &mut TicketContext,
+    timings: &Timings,
 ) {
     if let Some(out) = timings.output_tokens {
         global.output_tokens.learn(f64::from(out), cfg);
@@ -42,23 +45,44 @@ pub(crate) fn learn(
                 .learn((total - first) as f64 / f64::from(out - 1), cfg);
         }
     }
-    if !ctx.first_token_seen {
-        learn_first_token(pod, global, cfg, ctx, timings);
+    if !ctx.usage_learned {
+        learn_usage(pod, global, cfg, ctx, timings);
+    }
+    if !ctx.first_token_learned {
+        learn_prefill(pod, global, cfg, ctx, timings);
     }
 }
 
-/// Learns what a request's first token tells (see the [`super`] docs): whether completions carry
-/// first-token times, prompt and cached tokens; bytes per token; `trust` and `extra`; and the
-/// pod's prefill rate or overhead. Only `first_token_ms`, `prompt_tokens` and `cached_tokens`
-/// of `timings` are read.
+/// Learns what a first-token report tells (see the [`super`] docs), each part once per
+/// request: its time teaches the pod's prefill rate or overhead; its prompt and cached tokens,
+/// when it carries them (a stream shows usage at its first token only with vLLM's continuous
+/// usage stats), teach bytes per token and `trust`/`extra`, which are otherwise left to the
+/// completion. Only `first_token_ms`, `prompt_tokens` and `cached_tokens` are read.
 pub(crate) fn learn_first_token(
     pod: &mut PodModel,
     global: &mut GlobalModel,
     cfg: &TtftConfig,
-    ctx: &TicketContext,
-    timings: &crate::tickets::Timings,
+    ctx: &mut TicketContext,
+    timings: &Timings,
 ) {
-    pod.first_tokens.note(timings.first_token_ms.is_some());
+    if !ctx.usage_learned && (timings.prompt_tokens.is_some() || timings.cached_tokens.is_some()) {
+        learn_usage(pod, global, cfg, ctx, timings);
+    }
+    if !ctx.first_token_learned {
+        learn_prefill(pod, global, cfg, ctx, timings);
+    }
+}
+
+/// Whether the pod's reports carry prompt and cached tokens; bytes per token; `trust` and
+/// `extra`.
+fn learn_usage(
+    pod: &mut PodModel,
+    global: &mut GlobalModel,
+    cfg: &TtftConfig,
+    ctx: &mut TicketContext,
+    timings: &Timings,
+) {
+    ctx.usage_learned = true;
     pod.cached_tokens
         .note(timings.prompt_tokens.is_some() && timings.cached_tokens.is_some());
     global.prompt_tokens.note(timings.prompt_tokens.is_some());
@@ -72,6 +96,20 @@ pub(crate) fn learn_first_token(
         let indexed = ctx.indexed_tokens.min(prompt);
         pod.learn_reuse(cached, indexed, prompt - indexed, cfg);
     }
+}
+
+/// Whether the pod's reports carry first-token times; its prefill rate (from requests that
+/// started at once with at least an engine block to prefill: the reported uncached tokens, or
+/// the predicted ones) or its overhead (less than a block).
+fn learn_prefill(
+    pod: &mut PodModel,
+    global: &mut GlobalModel,
+    cfg: &TtftConfig,
+    ctx: &mut TicketContext,
+    timings: &Timings,
+) {
+    ctx.first_token_learned = true;
+    pod.first_tokens.note(timings.first_token_ms.is_some());
     let Some(first) = timings.first_token_ms else {
         return;
     };
@@ -127,7 +165,7 @@ mod tests {
             ..Default::default()
         };
         for _ in 0..10 {
-            learn(&mut pod, &mut g, &c, &ctx, &surprise);
+            learn(&mut pod, &mut g, &c, &mut { ctx }, &surprise);
         }
         let warm = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert!(warm.cached_tokens > 3_500.0, "{warm:?}");
@@ -143,19 +181,19 @@ mod tests {
             cached_tokens: Some(0),
             ..Default::default()
         };
-        learn(&mut pod, &mut g, &c, &ctx, &evicted);
+        learn(&mut pod, &mut g, &c, &mut { ctx }, &evicted);
         assert_eq!(pod.trust.get(), 0.0, "the first sample replaces the prior");
         let kept = crate::tickets::Timings {
             cached_tokens: Some(4_704),
             ..evicted
         };
-        learn(&mut pod, &mut g, &c, &ctx, &kept);
+        learn(&mut pod, &mut g, &c, &mut { ctx }, &kept);
         assert!(
             (pod.trust.get() - 0.5).abs() < 1e-9,
             "the second weighs half"
         );
         for _ in 0..3 {
-            learn(&mut pod, &mut g, &c, &ctx, &kept);
+            learn(&mut pod, &mut g, &c, &mut { ctx }, &kept);
         }
         assert!(
             (pod.trust.get() - 0.8).abs() < 1e-9,
@@ -182,23 +220,23 @@ mod tests {
             ..Default::default()
         };
         // The first measured prefill replaces the 2× slow prior, the second is averaged in.
-        learn(&mut pod, &mut g, &c, &ctx, &timings(1_000)); // truth: 3,000 tokens/s
+        learn(&mut pod, &mut g, &c, &mut { ctx }, &timings(1_000)); // truth: 3,000 tokens/s
         assert_eq!(pod.prefill_tps.get(), 3_000.0);
-        learn(&mut pod, &mut g, &c, &ctx, &timings(1_500));
+        learn(&mut pod, &mut g, &c, &mut { ctx }, &timings(1_500));
         assert_eq!(
             pod.prefill_tps.get(),
             2_500.0,
             "the mean of 3,000 and 2,000"
         );
         for _ in 0..30 {
-            learn(&mut pod, &mut g, &c, &ctx, &timings(1_000));
+            learn(&mut pod, &mut g, &c, &mut { ctx }, &timings(1_000));
         }
         assert!(
             (pod.prefill_tps.get() - 3_000.0).abs() < 30.0,
             "{}",
             pod.prefill_tps.get()
         );
-        learn(&mut pod, &mut g, &c, &ctx, &timings(1)); // absurd outlier
+        learn(&mut pod, &mut g, &c, &mut { ctx }, &timings(1)); // absurd outlier
         assert!(
             pod.prefill_tps.get() < 3_000.0 * 1.5,
             "one outlier moved the estimate to {}",
@@ -209,7 +247,7 @@ mod tests {
             ..ctx
         };
         let before = pod.prefill_tps.get();
-        learn(&mut pod, &mut g, &c, &waited, &timings(5_000));
+        learn(&mut pod, &mut g, &c, &mut { waited }, &timings(5_000));
         assert_eq!(
             pod.prefill_tps.get(),
             before,
@@ -236,7 +274,7 @@ mod tests {
         };
         assert_eq!(b.prefill_rate(&g), 1_500.0, "nothing measured: the prior");
         for n in 1..=OWN_PREFILL_SAMPLES {
-            learn(&mut a, &mut g, &c, &ctx, &first);
+            learn(&mut a, &mut g, &c, &mut { ctx }, &first);
             assert_eq!(a.prefill_rate(&g), 3_000.0);
             assert_eq!(
                 b.prefill_rate(&g),
@@ -252,7 +290,7 @@ mod tests {
             ..first
         };
         for _ in 0..OWN_PREFILL_SAMPLES {
-            learn(&mut b, &mut g, &c, &ctx, &slow);
+            learn(&mut b, &mut g, &c, &mut { ctx }, &slow);
         }
         assert_eq!(b.prefill_rate(&g), 1_500.0);
         assert_eq!(a.prefill_rate(&g), 3_000.0);
@@ -267,7 +305,7 @@ mod tests {
             total_ms: Some(9_000),
             ..Default::default()
         };
-        learn(&mut pod, &mut g, &c, &ctx, &total_only);
+        learn(&mut pod, &mut g, &c, &mut { ctx }, &total_only);
         assert_eq!(
             (pod.first_tokens, pod.decode_timings),
             (Reports::Missing, Reports::Missing)
@@ -278,7 +316,7 @@ mod tests {
             first_token_ms: Some(500),
             ..total_only
         };
-        learn(&mut pod, &mut g, &c, &ctx, &first_only);
+        learn(&mut pod, &mut g, &c, &mut { ctx }, &first_only);
         assert_eq!(
             (pod.first_tokens, pod.decode_timings),
             (Reports::Present, Reports::Missing)
@@ -287,9 +325,9 @@ mod tests {
             output_tokens: Some(100),
             ..first_only
         };
-        learn(&mut pod, &mut g, &c, &ctx, &both);
+        learn(&mut pod, &mut g, &c, &mut { ctx }, &both);
         assert_eq!(pod.decode_timings, Reports::Present);
-        learn(&mut pod, &mut g, &c, &ctx, &total_only);
+        learn(&mut pod, &mut g, &c, &mut { ctx }, &total_only);
         assert_eq!(
             (pod.first_tokens, pod.decode_timings),
             (Reports::Present, Reports::Present),
