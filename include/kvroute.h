@@ -1014,7 +1014,9 @@ kvroute_status kvroute_router_route(struct kvroute_router *router,
  * `(model, model_len)` names the model; `(NULL, 0)` takes it from the body's `model` field
  * (`KVROUTE_STATUS_INVALID_BODY` if that is missing). Everything else is as in
  * `kvroute_router_route()`, plus `KVROUTE_STATUS_INVALID_BODY` for a body that is not a JSON
- * object or whose `messages`, `prompt` or `model` field has the wrong type.
+ * object or whose `messages`, `prompt` or `model` field has the wrong type. The body's
+ * `max_completion_tokens` (else `max_tokens`), when it is an integer, caps the decode the
+ * `least-ttft` model predicts for this request; any other value there is ignored.
  */
 kvroute_status kvroute_router_route_json(struct kvroute_router *router,
                                          const uint8_t *model,

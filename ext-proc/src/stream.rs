@@ -175,7 +175,7 @@ impl StreamState {
                 .model
                 .clone()
                 .or_else(|| self.shared.settings().default_model.clone());
-            let to = self.route(model.as_deref().unwrap_or(""), &[])?;
+            let to = self.route(model.as_deref().unwrap_or(""), &[], None)?;
             return Ok(respond::route_in_headers(&to.as_route_to()));
         }
         Ok(respond::continue_request_headers())
@@ -203,13 +203,23 @@ impl StreamState {
         let body = std::mem::take(&mut self.body);
         let extracted = extract(endpoint, &body).map_err(reject)?;
         let model = extracted.model.as_deref().unwrap_or("");
-        let to = self.route(model, extracted.prompt.as_bytes())?;
+        let to = self.route(
+            model,
+            extracted.prompt.as_bytes(),
+            extracted.max_output_tokens,
+        )?;
         Ok(respond::route_in_body(&to.as_route_to()))
     }
 
-    /// Hashes `prompt` outside the router lock, then routes under it. A reload that changes
-    /// the hashing between the two locks only costs this request its prefix match.
-    fn route(&mut self, model: &str, prompt: &[u8]) -> Result<RoutedView, Reject> {
+    /// Hashes `prompt` outside the router lock, then routes under it (with the body's
+    /// output-token limit, if any). A reload that changes the hashing between the two locks
+    /// only costs this request its prefix match.
+    fn route(
+        &mut self,
+        model: &str,
+        prompt: &[u8],
+        max_output_tokens: Option<u32>,
+    ) -> Result<RoutedView, Reject> {
         let hash = self.shared.router.lock().hash_config();
         let hashes = hash.hashes(prompt);
         let now = self.shared.now();
@@ -218,6 +228,7 @@ impl StreamState {
             model,
             strategy: self.strategy.as_ref(),
             hashes: &hashes,
+            max_output_tokens,
         };
         let result = self.shared.router.lock().route(req, now);
         let decision = match result {

@@ -134,18 +134,20 @@ impl RouterHandle {
         Ok(())
     }
 
-    /// Hashes `prompt`, parses `strategy` and routes, locking only for the routing itself.
+    /// Hashes `prompt`, parses `strategy` and routes (with the request's output-token limit,
+    /// if known), locking only for the routing itself.
     fn route(
         &self,
         model: &str,
         prompt: &[u8],
         strategy: Option<&str>,
+        max_output_tokens: Option<u32>,
         now_ms: u64,
     ) -> Result<kvroute_decision, kvroute_status> {
         self.check()?;
         let spec = strategy.map(StrategySpec::parse).transpose()?;
         let hashes = self.hash.hashes(prompt);
-        let mut req = RouteRequest::new(model, &hashes);
+        let mut req = RouteRequest::new(model, &hashes).with_max_output_tokens(max_output_tokens);
         if let Some(spec) = &spec {
             req = req.with_strategy(spec);
         }
@@ -230,7 +232,7 @@ pub extern "C" fn kvroute_router_route(
         let model = try_str!(model, model_len);
         let prompt = try_slice!(prompt, prompt_len);
         let strategy = try_opt_str!(strategy, strategy_len);
-        handle::set_out(out, try_status!(r.route(model, prompt, strategy, now_ms)));
+        handle::set_out(out, try_status!(r.route(model, prompt, strategy, None, now_ms)));
         kvroute_status::Ok
     }
 }
@@ -243,7 +245,9 @@ pub extern "C" fn kvroute_router_route(
 /// `(model, model_len)` names the model; `(NULL, 0)` takes it from the body's `model` field
 /// (`KVROUTE_STATUS_INVALID_BODY` if that is missing). Everything else is as in
 /// `kvroute_router_route()`, plus `KVROUTE_STATUS_INVALID_BODY` for a body that is not a JSON
-/// object or whose `messages`, `prompt` or `model` field has the wrong type.
+/// object or whose `messages`, `prompt` or `model` field has the wrong type. The body's
+/// `max_completion_tokens` (else `max_tokens`), when it is an integer, caps the decode the
+/// `least-ttft` model predicts for this request; any other value there is ignored.
 #[no_mangle]
 pub extern "C" fn kvroute_router_route_json(
     router: *mut kvroute_router,
@@ -268,7 +272,9 @@ pub extern "C" fn kvroute_router_route_json(
             (Some(m), _) | (None, Some(m)) => m,
             (None, None) => return kvroute_status::InvalidBody,
         };
-        handle::set_out(out, try_status!(r.route(model, parsed.prompt.as_bytes(), strategy, now_ms)));
+        let prompt = parsed.prompt.as_bytes();
+        let limit = parsed.max_output_tokens;
+        handle::set_out(out, try_status!(r.route(model, prompt, strategy, limit, now_ms)));
         kvroute_status::Ok
     }
 }

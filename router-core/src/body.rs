@@ -82,6 +82,10 @@ pub struct Extracted<'a> {
     pub prompt: Cow<'a, str>,
     /// `"stream": true`. Always `false` in [`Endpoint::ByFields`], which does not read it.
     pub stream: bool,
+    /// The output-token limit: `max_completion_tokens`, else `max_tokens` (as vLLM reads them),
+    /// when it is an integer from 0 to `u32::MAX`. Read leniently in every mode: any other
+    /// value, or a repeated field, leaves it `None` and is not an error (the engine judges it).
+    pub max_output_tokens: Option<u32>,
 }
 
 /// Why a body could not be used. Shells map each variant to their own answer.
@@ -142,6 +146,7 @@ pub fn extract(endpoint: Endpoint, body: &[u8]) -> Result<Extracted<'_>, BodyErr
         model,
         prompt,
         stream,
+        max_output_tokens: fields.max_completion_tokens.or(fields.max_tokens),
     })
 }
 
@@ -152,6 +157,8 @@ struct Fields<'a> {
     messages: Option<Vec<&'a RawValue>>,
     /// Not read by fields.
     stream: Option<bool>,
+    max_tokens: Option<u32>,
+    max_completion_tokens: Option<u32>,
 }
 
 impl<'a> Fields<'a> {
@@ -178,6 +185,8 @@ enum Key {
     Prompt,
     Messages,
     Stream,
+    MaxTokens,
+    MaxCompletionTokens,
     Other,
 }
 
@@ -195,6 +204,8 @@ impl<'de> Deserialize<'de> for Key {
                     "prompt" => Key::Prompt,
                     "messages" => Key::Messages,
                     "stream" => Key::Stream,
+                    "max_tokens" => Key::MaxTokens,
+                    "max_completion_tokens" => Key::MaxCompletionTokens,
                     _ => Key::Other,
                 })
             }
@@ -226,6 +237,7 @@ impl<'de> Visitor<'de> for FieldsVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
         let (mut model, mut messages, mut stream) = (None, None, None);
         let (mut prompt, mut raw_prompt) = (None, None);
+        let (mut max_tokens, mut max_completion_tokens) = (Limit::Absent, Limit::Absent);
         while let Some(key) = map.next_key::<Key>()? {
             match key {
                 Key::Model => once(&mut model, &mut map, "model")?,
@@ -233,6 +245,10 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 Key::Prompt => once(&mut prompt, &mut map, "prompt")?,
                 Key::Messages => once(&mut messages, &mut map, "messages")?,
                 Key::Stream if !self.by_fields => once(&mut stream, &mut map, "stream")?,
+                Key::MaxTokens => max_tokens = max_tokens.and(map.next_value()?),
+                Key::MaxCompletionTokens => {
+                    max_completion_tokens = max_completion_tokens.and(map.next_value()?);
+                }
                 Key::Stream | Key::Other => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -246,7 +262,74 @@ impl<'de> Visitor<'de> for FieldsVisitor {
             },
             messages: messages.flatten(),
             stream: stream.flatten(),
+            max_tokens: max_tokens.get(),
+            max_completion_tokens: max_completion_tokens.get(),
         })
+    }
+}
+
+/// An output-token limit as read: absent, a usable value, or anything else (a value of another
+/// type or range, or a second occurrence), which is not used.
+#[derive(Clone, Copy)]
+enum Limit {
+    Absent,
+    Value(u32),
+    Unusable,
+}
+
+impl Limit {
+    /// This occurrence followed by `next`.
+    fn and(self, next: Limit) -> Limit {
+        match self {
+            Limit::Absent => next,
+            _ => Limit::Unusable,
+        }
+    }
+
+    fn get(self) -> Option<u32> {
+        match self {
+            Limit::Value(n) => Some(n),
+            Limit::Absent | Limit::Unusable => None,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Limit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct LimitVisitor;
+        impl<'de> Visitor<'de> for LimitVisitor {
+            type Value = Limit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an output-token limit")
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Limit, E> {
+                Ok(u32::try_from(v).map_or(Limit::Unusable, Limit::Value))
+            }
+            fn visit_unit<E>(self) -> Result<Limit, E> {
+                Ok(Limit::Absent)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Limit, E> {
+                Ok(Limit::Unusable)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Limit, E> {
+                Ok(Limit::Unusable)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Limit, E> {
+                Ok(Limit::Unusable)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Limit, E> {
+                Ok(Limit::Unusable)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Limit, A::Error> {
+                while a.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Limit::Unusable)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Limit, A::Error> {
+                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Limit::Unusable)
+            }
+        }
+        d.deserialize_any(LimitVisitor)
     }
 }
 
@@ -527,6 +610,43 @@ mod tests {
                 .prompt,
             ""
         );
+    }
+
+    #[test]
+    fn output_token_limits_are_read_leniently() {
+        let limit = |endpoint, fields: &str| {
+            let body =
+                format!(r#"{{"model":"m","prompt":"p","messages":[{{"content":"c"}}]{fields}}}"#);
+            extract(endpoint, body.as_bytes())
+                .unwrap()
+                .max_output_tokens
+        };
+        for e in [
+            Endpoint::Completions,
+            Endpoint::ChatCompletions,
+            Endpoint::ByFields,
+        ] {
+            assert_eq!(limit(e, ""), None);
+            assert_eq!(limit(e, r#","max_tokens":128"#), Some(128));
+            assert_eq!(
+                limit(e, r#","max_tokens":128,"max_completion_tokens":64"#),
+                Some(64),
+                "max_completion_tokens first, as vLLM reads it"
+            );
+            assert_eq!(
+                limit(e, r#","max_completion_tokens":null,"max_tokens":9"#),
+                Some(9)
+            );
+            for unusable in ["-1", "1.5", "\"128\"", "true", "[1]", "{}", "4294967296"] {
+                let fields = format!(r#","max_tokens":{unusable}"#);
+                assert_eq!(limit(e, &fields), None, "{unusable}");
+            }
+            assert_eq!(
+                limit(e, r#","max_tokens":1,"max_tokens":2"#),
+                None,
+                "repeated"
+            );
+        }
     }
 
     #[test]

@@ -23,6 +23,9 @@ pub struct RouteRequest<'a> {
     /// The prompt's block hashes, from [`Router::hash_config`] (computed outside any lock).
     /// Empty for requests without a prompt.
     pub hashes: &'a [BlockHash],
+    /// The request's output-token limit (`max_completion_tokens` or `max_tokens`), when it
+    /// sets one: least-ttft predicts its decode as at most that many tokens.
+    pub max_output_tokens: Option<u32>,
 }
 
 impl<'a> RouteRequest<'a> {
@@ -32,6 +35,15 @@ impl<'a> RouteRequest<'a> {
             model,
             strategy: None,
             hashes,
+            max_output_tokens: None,
+        }
+    }
+
+    /// The same request with an output-token limit (see [`RouteRequest::max_output_tokens`]).
+    pub fn with_max_output_tokens(self, limit: Option<u32>) -> Self {
+        RouteRequest {
+            max_output_tokens: limit,
+            ..self
         }
     }
 
@@ -77,6 +89,7 @@ struct JobSize {
     prompt_tokens: f64,
     /// Hash block size in bytes.
     block: f64,
+    max_output_tokens: Option<u32>,
 }
 
 impl JobSize {
@@ -84,6 +97,7 @@ impl JobSize {
         Job {
             prompt_tokens: self.prompt_tokens,
             matched_bytes: f64::from(c.matched) * self.block,
+            max_output_tokens: self.max_output_tokens,
         }
     }
 }
@@ -350,7 +364,7 @@ impl Router {
             return Err(RouteError::NoReadyPod);
         }
         let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
-        let job = self.estimates(req.strategy, total_blocks, now);
+        let job = self.estimates(&req, total_blocks, now);
         let picked = self.select(req.strategy, total_blocks);
         Ok(self.commit(model, req.hashes, job, picked, now))
     }
@@ -386,13 +400,8 @@ impl Router {
     /// Step 2: the TTFT model's estimate for every candidate when the strategy (`None` = the
     /// default) needs it (else none; the winner's is computed at commit). Returns the request's
     /// size as the model sees it.
-    fn estimates(
-        &mut self,
-        strategy: Option<&StrategySpec>,
-        total_blocks: u32,
-        now: Timestamp,
-    ) -> JobSize {
-        let spec = strategy.unwrap_or(&self.config.default_strategy);
+    fn estimates(&mut self, req: &RouteRequest<'_>, total_blocks: u32, now: Timestamp) -> JobSize {
+        let spec = req.strategy.unwrap_or(&self.config.default_strategy);
         let block = self.hash.block_size() as f64;
         let prompt_bytes = if total_blocks == 0 {
             0.0
@@ -403,6 +412,7 @@ impl Router {
             prompt_bytes,
             prompt_tokens: prompt_bytes / self.global.bytes_per_token.get(),
             block,
+            max_output_tokens: req.max_output_tokens,
         };
         let s = &mut self.scratch;
         s.estimates.clear();

@@ -585,7 +585,9 @@ impl Cluster {
         rec.sent_s = Some(now as f64 / 1e6);
         live[id].sent_us = now;
         let d = match self.router.route(
-            RouteRequest::new(&self.config.model, &hashes).with_strategy(spec),
+            RouteRequest::new(&self.config.model, &hashes)
+                .with_strategy(spec)
+                .with_max_output_tokens(Some(a.output_tokens)),
             ts(now),
         ) {
             Ok(d) => d,

@@ -45,6 +45,16 @@ impl Estimate {
 pub(crate) struct Job {
     pub(crate) prompt_tokens: f64,
     pub(crate) matched_bytes: f64,
+    /// The request's output-token limit, if it sets one.
+    pub(crate) max_output_tokens: Option<u32>,
+}
+
+/// A decode's predicted length: the expected output tokens, at most the request's limit,
+/// after the first, at `tpot` ms each.
+fn decode_ms(global: &GlobalModel, tpot: f64, max_output_tokens: Option<u32>) -> f64 {
+    let expected = global.output_tokens.get();
+    let tokens = max_output_tokens.map_or(expected, |limit| expected.min(f64::from(limit)));
+    (tokens - 1.0).max(0.0) * tpot
 }
 
 /// Predicts the TTFT of `job` on the pod by replaying the pod's open requests through its
@@ -79,13 +89,11 @@ pub(crate) fn estimate(
         (pod.trust.get() * indexed + extra * (job.prompt_tokens - indexed)).min(reusable);
     let uncached = (job.prompt_tokens - expected).max(0.0);
     let tpot = pod.tpot_ms.get();
-    let decode_ms = (global.output_tokens.get() - 1.0).max(0.0) * tpot;
+    // Requests the router did not route (from a snapshot): a typical decode.
+    let typical_decode_ms = decode_ms(global, tpot, None);
     let rate = pod.prefill_rate(global);
     let prefill_ms = |tokens: f64| tokens / rate * 1_000.0;
     let now_ms = now.as_millis() as f64;
-    // A request still open after its predicted end has run long; assume it needs a further
-    // OVERRUN_TAIL of a typical decode (or its overrun so far, below) rather than ending now.
-    let tail_ms = OVERRUN_TAIL * decode_ms + tpot;
 
     let unseen = pod
         .engine
@@ -119,13 +127,17 @@ pub(crate) fn estimate(
             None => start.max(prefill_free) + prefill_ms(o.uncached_tokens),
         };
         prefill_free = prefill_free.max(prefill_end);
-        let predicted_end = prefill_end + decode_ms;
+        let own_decode_ms = decode_ms(global, tpot, o.max_output_tokens);
+        let predicted_end = prefill_end + own_decode_ms;
+        // Still open after its predicted end, it has run long: assume it needs a further
+        // OVERRUN_TAIL of its decode (or its overrun so far) rather than ending now.
+        let tail_ms = OVERRUN_TAIL * own_decode_ms + tpot;
         let overrun = (now_ms - predicted_end).max(0.0);
         let end = predicted_end.max(now_ms + tail_ms.max(overrun));
         slots.push(Reverse((end * 1_000.0) as u64));
     }
     for _ in 0..unseen {
-        let end = take_slot(&mut slots).max(now_ms) + decode_ms / 2.0;
+        let end = take_slot(&mut slots).max(now_ms) + typical_decode_ms / 2.0;
         slots.push(Reverse((end * 1_000.0) as u64));
     }
     let start = take_slot(&mut slots).max(now_ms).max(prefill_free);
@@ -160,8 +172,12 @@ pub(crate) fn commit(
     r.prompt_bytes += prompt_bytes;
     r.indexed_tokens += est.indexed_tokens;
     r.unindexed_tokens += (job.prompt_tokens - est.indexed_tokens).max(0.0);
-    pod.open
-        .push(OpenRequest::new(ticket, now, est.uncached_tokens));
+    pod.open.push(OpenRequest::new(
+        ticket,
+        now,
+        est.uncached_tokens,
+        job.max_output_tokens,
+    ));
     let unindexed = job.prompt_tokens - est.indexed_tokens;
     if pod.may_probe() && unindexed >= f64::from(cfg.engine_block_tokens) {
         pod.probe = Some(ticket);
@@ -183,6 +199,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 5_000.0,
             matched_bytes: 4_977.0 * 5.6,
+            max_output_tokens: None,
         };
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.cached_tokens, 4_704.0);
@@ -196,12 +213,13 @@ mod tests {
         // max_seqs 2, prefill 3,000 tokens/s, 127 decode tokens at 50 ms = 6,350 ms.
         let c = cfg();
         let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
-        let open = |n, issued, uncached| OpenRequest::new(Ticket(n), t(issued), uncached);
+        let open = |n, issued, uncached| OpenRequest::new(Ticket(n), t(issued), uncached, None);
         // Two requests routed at 0: the first prefills 3,000 tokens (1 s), the second none.
         pod.open = vec![open(1, 0, 3_000.0), open(2, 0, 0.0)];
         let job = Job {
             prompt_tokens: 3_000.0,
             matched_bytes: 0.0,
+            max_output_tokens: None,
         };
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
         assert_eq!(e.queue_ms, 6_350.0, "both slots free at 1,000 + 6,350");
@@ -236,6 +254,38 @@ mod tests {
     }
 
     #[test]
+    fn an_output_limit_shortens_a_predicted_decode_but_never_lengthens_it() {
+        // One slot; the expected output is 128 tokens (127 after the first at 50 ms).
+        let c = cfg();
+        let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
+        pod.max_seqs = 1;
+        let job = Job {
+            prompt_tokens: 3_000.0,
+            matched_bytes: 0.0,
+            max_output_tokens: None,
+        };
+        let queue_behind = |pod: &mut PodModel, limit| {
+            pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0, limit)];
+            estimate(pod, &g, &c, job, t(0), &mut Vec::new()).queue_ms
+        };
+        assert_eq!(queue_behind(&mut pod, None), 6_350.0);
+        assert_eq!(
+            queue_behind(&mut pod, Some(21)),
+            1_000.0,
+            "20 tokens after the first"
+        );
+        assert_eq!(
+            queue_behind(&mut pod, Some(4_096)),
+            6_350.0,
+            "a limit is not a length"
+        );
+        // Past its shortened end it is assumed to need 40% of its own decode more (and a token).
+        pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0, Some(21))];
+        let e = estimate(&pod, &g, &c, job, t(1_100), &mut Vec::new());
+        assert_eq!(e.queue_ms, 450.0);
+    }
+
+    #[test]
     fn a_prefill_is_charged_for_the_decodes_it_stalls() {
         // max_seqs 2, prefill 3,000 tokens/s: a 3,000-token prefill lasts 1,000 ms.
         let c = cfg();
@@ -243,12 +293,13 @@ mod tests {
         let job = Job {
             prompt_tokens: 3_000.0,
             matched_bytes: 0.0,
+            max_output_tokens: None,
         };
         let idle = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(idle.stall_ms, 0.0, "nothing to stall on an idle pod");
         // One request decoding (routed at 0, no prefill left): half the slots are busy when the
         // new prefill starts, so it is charged stall_weight (2) × 1,000 ms × 1/2.
-        pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0)];
+        pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0, None)];
         let busy = estimate(&pod, &g, &c, job, t(100), &mut Vec::new());
         assert_eq!(busy.queue_ms, 0.0);
         assert_eq!(busy.stall_ms, 1_000.0);
@@ -257,6 +308,7 @@ mod tests {
         let cached = Job {
             prompt_tokens: 3_136.0,
             matched_bytes: 3_136.0 * 5.6,
+            max_output_tokens: None,
         };
         assert_eq!(
             estimate(&pod, &g, &c, cached, t(100), &mut Vec::new()).stall_ms,
@@ -288,6 +340,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 100.0,
             matched_bytes: 0.0,
+            max_output_tokens: None,
         };
         assert!(estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new()).queue_ms > 0.0);
         assert_eq!(
@@ -300,7 +353,7 @@ mod tests {
     fn snapshot_load_the_router_routed_is_not_counted_twice() {
         let c = cfg(); // max_seqs 2
         let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
-        let open = |n| OpenRequest::new(Ticket(n), t(0), 0.0);
+        let open = |n| OpenRequest::new(Ticket(n), t(0), 0.0, None);
         pod.open = vec![open(1), open(2)];
         // The engine shows exactly the router's two requests.
         pod.observe(
@@ -316,6 +369,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 100.0,
             matched_bytes: 0.0,
+            max_output_tokens: None,
         };
         assert_eq!(
             estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms,
@@ -338,6 +392,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 5_000.0,
             matched_bytes: 0.0,
+            max_output_tokens: None,
         };
         let cached =
             |pod: &PodModel| estimate(pod, &g, &c, job, t(0), &mut Vec::new()).cached_tokens;

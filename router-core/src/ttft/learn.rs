@@ -146,6 +146,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 5_000.0,
             matched_bytes: 0.0,
+            max_output_tokens: None,
         };
         // Nothing is known of the pod yet: half of what the index does not know is assumed
         // cached (whole blocks aside), so that a warm pod gets tried.

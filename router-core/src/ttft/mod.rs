@@ -10,16 +10,21 @@
 //!          = the (n − capacity_p + 1)-th earliest predicted end of p's n open requests, otherwise
 //! start    = max(slot_at, latest predicted prefill end of p's open requests)   (FCFS prefill)
 //! ttft     = (start − now) + overhead_p + (P − expected) / prefill_rate_p
-//! end      = now + ttft + (expected_output − 1) × tpot_p
+//! end      = now + ttft + (min(expected_output, max_output_tokens) − 1) × tpot_p
 //! ```
 //!
 //! - `matched_blocks` is the prefix index's contiguous match for `p`; only whole engine blocks
 //!   count, because an engine can only reuse whole KV blocks.
+//! - `max_output_tokens` is the request's own limit (`max_completion_tokens` or `max_tokens`,
+//!   [`crate::RouteRequest::max_output_tokens`]) when it sets one: a decode cannot run longer,
+//!   so a learned or configured `expected_output` above it is cut to it for that request (and
+//!   its overrun tail below is a share of that shorter decode). A limit above the expected
+//!   output changes nothing: limits are often generous.
 //! - Every routed request (whatever strategy routed it) records its predicted prefill end and
 //!   `end` on its pod until it completes, so slot and prefill waits see all traffic and vanish
 //!   with it. Once its first token is reported ([`crate::Router::first_token`]) its prefill is
 //!   known to be over and its `end` counts from the first token. A request past its predicted
-//!   end is assumed to need 40% of a typical decode more, or as long again as it has already
+//!   end is assumed to need 40% of its predicted decode more, or as long again as it has already
 //!   overrun, whichever is longer (a request running long is likely to run longer still; this
 //!   also corrects decodes predicted far too short before the first completion has taught
 //!   anything).
@@ -140,15 +145,23 @@ pub(crate) struct OpenRequest {
     /// When its first token was reported ([`crate::Router::first_token`]): its prefill is
     /// over, and the replay puts its prefill's end there instead of predicting it.
     pub(crate) first_token: Option<Timestamp>,
+    /// Its output-token limit, if it set one (its decode is predicted at most that long).
+    pub(crate) max_output_tokens: Option<u32>,
 }
 
 impl OpenRequest {
-    pub(crate) fn new(ticket: Ticket, issued: Timestamp, uncached_tokens: f64) -> Self {
+    pub(crate) fn new(
+        ticket: Ticket,
+        issued: Timestamp,
+        uncached_tokens: f64,
+        max_output_tokens: Option<u32>,
+    ) -> Self {
         OpenRequest {
             ticket,
             issued,
             uncached_tokens,
             first_token: None,
+            max_output_tokens,
         }
     }
 }
