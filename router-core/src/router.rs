@@ -662,7 +662,6 @@ impl Router {
         };
         match self.registry.pod_mut(pod) {
             Ok(p) => {
-                p.model.first_token(ticket, issued.add_millis(elapsed_ms));
                 ttft::learn_first_token(
                     &mut p.model,
                     &mut self.global,
@@ -670,6 +669,10 @@ impl Router {
                     &mut open.context,
                     &timings,
                 );
+                // A probe is answered once its cached tokens have been learned.
+                let answered = open.context.usage_learned && timings.cached_tokens.is_some();
+                p.model
+                    .first_token(ticket, issued.add_millis(elapsed_ms), answered);
             }
             Err(_) => open.context.first_token_learned = true,
         }

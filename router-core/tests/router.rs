@@ -669,8 +669,13 @@ fn usage_missing_at_the_first_token_is_learned_at_the_completion() {
         first_token_ms: Some(900),
         ..Default::default()
     };
+    assert!(d.prediction.cached_tokens > 0, "the pod's probe: {d}");
     r.first_token(d.ticket, first, t(900)).unwrap();
     assert_eq!(r.stats().prompt_bytes_per_token, 5.6, "the prior");
+    // Without cached tokens the probe has not answered: the next request is not a second one.
+    let h2 = r.hash_config().hashes(&[b'r'; 28_000]);
+    let next = r.route(RouteRequest::new(MODEL, &h2), t(901)).unwrap();
+    assert_eq!(next.prediction.cached_tokens, 0, "{next}");
     let usage = kvroute_core::Timings {
         first_token_ms: Some(900),
         total_ms: Some(8_000),
@@ -688,6 +693,41 @@ fn usage_missing_at_the_first_token_is_learned_at_the_completion() {
         (learned - 6.08).abs() < 0.01,
         "one EWMA step to 8: {learned}"
     );
+}
+
+/// Each part of the prompt side is learned once per request: after a first token that carried
+/// its time and usage, the completion's (here different) ones teach nothing more.
+#[test]
+fn a_first_token_with_usage_is_not_learned_again_at_the_completion() {
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let h = r.hash_config().hashes(&[b'q'; 28_000]);
+    let d = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    let first = kvroute_core::Timings {
+        first_token_ms: Some(900),
+        prompt_tokens: Some(3_496), // 8 bytes per token
+        cached_tokens: Some(0),
+        ..Default::default()
+    };
+    r.first_token(d.ticket, first, t(900)).unwrap();
+    let learned = |r: &Router| {
+        let rate = r.pod(pods[0]).unwrap().prefill_tokens_per_s;
+        (r.stats().prompt_bytes_per_token, rate)
+    };
+    let after_first = learned(&r);
+    assert_ne!(after_first, (5.6, 3_000.0), "the first token taught both");
+    let other = kvroute_core::Timings {
+        first_token_ms: Some(300),
+        total_ms: Some(8_000),
+        output_tokens: Some(128),
+        prompt_tokens: Some(6_992), // 4 bytes per token
+        cached_tokens: Some(0),
+    };
+    let done = Completion {
+        outcome: Outcome::Success,
+        timings: other,
+    };
+    r.complete(d.ticket, done, t(8_000)).unwrap();
+    assert_eq!(learned(&r), after_first);
 }
 
 /// Where completions carry no prompt tokens (behind Envoy, untimed), the first engine window

@@ -112,7 +112,7 @@ fn assert_none(misses: Vec<String>) {
 /// Two replicas, all eight phases: least-ttft meets the bar with the study's salts and with
 /// three other draws of salts and router randomness. With every prior 50% off, either way, it
 /// meets it in every phase but cold / 1, which runs mostly before the first answers teach
-/// anything (priors 50% high: 75 within SLO against prefix-cache's 89; at half: 85).
+/// anything (priors 50% high: 86 within SLO against prefix-cache's 89; at half: 85).
 #[test]
 #[cfg_attr(
     debug_assertions,

@@ -154,7 +154,9 @@ impl PodModel {
 
     /// Compares what was routed to the pod with what its engine scheduled, between two
     /// snapshots that show no waiting request (so every request routed before each of them
-    /// had been scheduled, transit aside) and over at least `MIN_ENGINE_PREFILLS` engine
+    /// had been scheduled, transit aside) and no more requests than this router has open
+    /// there (a snapshot with more shows another sender, whose prompts the router never saw:
+    /// the window restarts without a sample), over at least `MIN_ENGINE_PREFILLS` engine
     /// blocks of prompt tokens: learns `trust` (hits on the indexed tokens) and `extra` (hits
     /// beyond them) from the engine's prefix-cache hits as [`super::learn()`] does per request, and
     /// returns the prompt bytes per scheduled token for the router-wide estimate.
@@ -168,6 +170,11 @@ impl PodModel {
             hits,
             ..self.routed
         };
+        let own = u32::try_from(self.open.len()).unwrap_or(u32::MAX);
+        if s.running.saturating_add(s.waiting) > own {
+            self.engine_rates.routed = Some(now);
+            return None;
+        }
         let Some(base) = self.engine_rates.routed else {
             self.engine_rates.routed = Some(now);
             return None;
@@ -420,6 +427,19 @@ mod tests {
         assert_eq!(pod.observe(snap(11_000, 0), t(3), &c), None);
         // A restart starts a new window.
         assert_eq!(pod.observe(snap(100, 0), t(4), &c), None);
+        // An engine running requests this router did not route (another sender's prompts,
+        // which it never saw) restarts the window without a sample.
+        pod.routed.prompt_bytes += 56_000.0;
+        let shared = EngineSnapshot {
+            running: 3,
+            ..snap(10_100, 0)
+        };
+        assert_eq!(pod.observe(shared, t(5), &c), None);
+        assert_eq!(
+            pod.observe(snap(20_100, 0), t(6), &c),
+            None,
+            "no bytes since"
+        );
     }
 
     #[test]
@@ -443,7 +463,8 @@ mod tests {
         assert_eq!(pod.observe(snap(10_000, 9_408), t(1), &c), Some(5.6));
         // Counted at 4 bytes per token the engine would seem to have lost a quarter of them.
         assert_eq!(pod.trust.get(), 1.0);
-        assert_eq!(pod.extra.get(), 0.0);
+        // The other 1,456 tokens rescale to 1,040, less than a block: no `extra` sample.
+        assert!(!pod.extra.sampled());
     }
 
     #[test]

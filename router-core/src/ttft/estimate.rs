@@ -248,7 +248,7 @@ mod tests {
         assert_eq!(e.queue_ms, 13_650.0);
         // Once its first token is reported, its prefill is over there and its decode is
         // predicted from then: routed at 0, first token at 3,000, decode ends at 9,350.
-        pod.first_token(Ticket(4), t(3_000));
+        pod.first_token(Ticket(4), t(3_000), false);
         let e = estimate(&pod, &g, &c, job, t(4_000), &mut Vec::new());
         assert_eq!(e.queue_ms, 5_350.0);
     }
@@ -406,8 +406,12 @@ mod tests {
         let second = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         commit(&mut pod, Ticket(2), &second, &job, 28_000.0, t(0), &c);
         assert_eq!(pod.probe, Some(Ticket(1)), "one probe at a time");
-        // Its first token ends the probe; without a reuse sample the pod is still unknown.
-        pod.first_token(Ticket(1), t(1_500));
+        // A first token without cached tokens does not answer: the probe stays out.
+        pod.first_token(Ticket(1), t(1_500), false);
+        assert_eq!(pod.probe, Some(Ticket(1)));
+        assert_eq!(cached(&pod), 0.0);
+        // One with them ends it; without a reuse sample the pod is still unknown.
+        pod.first_token(Ticket(1), t(1_500), true);
         assert_eq!(pod.probe, None);
         assert_eq!(cached(&pod), 2_500.0);
         // A sample settles it.

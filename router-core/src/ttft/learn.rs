@@ -1,5 +1,6 @@
-//! What one request teaches the model: at its first token (the prompt side) and at its
-//! completion (the decode side), per the sample rules in the [`super`] docs.
+//! What one request teaches the model, per the sample rules in the [`super`] docs: the prompt
+//! side (its first-token time; its prompt and cached tokens) at the first report that carries
+//! each, a first token or the completion, and the decode side at the completion.
 
 use super::{GlobalModel, PodModel, TtftConfig};
 use crate::tickets::Timings;
@@ -11,7 +12,7 @@ pub(crate) struct TicketContext {
     pub(crate) queue_ms: f64,
     pub(crate) uncached_tokens: f64,
     pub(crate) indexed_tokens: f64,
-    /// Whether its first-token time has been learned from (by [`learn_first_token`]).
+    /// Whether its first-token time (or its absence, at the completion) has been learned from.
     pub(crate) first_token_learned: bool,
     /// Whether its prompt and cached tokens (or their absence) have been learned from.
     pub(crate) usage_learned: bool,
@@ -54,9 +55,9 @@ pub(crate) fn learn(
 }
 
 /// Learns what a first-token report tells (see the [`super`] docs), each part once per
-/// request: its time teaches the pod's prefill rate or overhead; its prompt and cached tokens,
-/// when it carries them (a stream shows usage at its first token only with vLLM's continuous
-/// usage stats), teach bytes per token and `trust`/`extra`, which are otherwise left to the
+/// request: its time teaches the pod's prefill rate or overhead; its usage, when it carries
+/// prompt tokens (a stream shows usage at its first token only with vLLM's continuous usage
+/// stats), teaches bytes per token and `trust`/`extra`, which are otherwise left to the
 /// completion. Only `first_token_ms`, `prompt_tokens` and `cached_tokens` are read.
 pub(crate) fn learn_first_token(
     pod: &mut PodModel,
@@ -65,7 +66,7 @@ pub(crate) fn learn_first_token(
     ctx: &mut TicketContext,
     timings: &Timings,
 ) {
-    if !ctx.usage_learned && (timings.prompt_tokens.is_some() || timings.cached_tokens.is_some()) {
+    if !ctx.usage_learned && timings.prompt_tokens.is_some() {
         learn_usage(pod, global, cfg, ctx, timings);
     }
     if !ctx.first_token_learned {

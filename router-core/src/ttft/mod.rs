@@ -36,7 +36,8 @@
 //!   `n`-th weighs `max(1/n, learning_rate)`. Until a pod's first sample, its `extra_p` is
 //!   taken as 0.5 (as likely warm as not) for one probe at a time: the first request with at
 //!   least a block the index does not place there that is routed to it; until that probe
-//!   reports its first token or completes, other requests see `extra_p`'s prior 0. (Assumed
+//!   reports its cached tokens (at its first token, or with its completion) or ends, other
+//!   requests see `extra_p`'s prior 0. (Assumed
 //!   0, a warm pod behind an index that never saw it would never be tried, so never learned;
 //!   where a pod is really cold the probe costs one prefill predicted too short.) Pods whose
 //!   completions come without cached tokens (behind Envoy) are not probed: no single request
@@ -104,7 +105,8 @@
 //!   token of their time, so they are first rescaled to the engine's count of the window's
 //!   tokens: with the prior still off, the index's promise would otherwise read as tokens the
 //!   engine lost (`trust` 0.75 for a warm pod, in the simulator behind Envoy). The windows
-//!   assume this router is the only one sending to the engine.
+//!   skip any snapshot that shows more requests on the engine than this router has open there
+//!   (another sender's prompts, which the router never saw, would count as its own).
 //! - Engine counters teach a quantity only where completions do not: a pod's prefill rate and
 //!   overhead once its completions have come without first-token times (behind Envoy, where
 //!   few responses are timed), its TPOT once they have come without a first-token time or
@@ -242,9 +244,13 @@ impl PodModel {
         }
     }
 
-    /// Records that the ticket's first token came at `at` (its prefill is over).
-    pub(crate) fn first_token(&mut self, ticket: Ticket, at: Timestamp) {
-        self.end_probe(ticket);
+    /// Records that the ticket's first token came at `at` (its prefill is over). A probe's
+    /// first token ends the probe only when `answered` (it carried cached tokens): without
+    /// them the answer comes with the completion, and until then no second probe goes out.
+    pub(crate) fn first_token(&mut self, ticket: Ticket, at: Timestamp, answered: bool) {
+        if answered {
+            self.end_probe(ticket);
+        }
         if let Some(o) = self.open.iter_mut().find(|o| o.ticket == ticket) {
             o.first_token.get_or_insert(at);
         }
