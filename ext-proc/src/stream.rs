@@ -455,6 +455,25 @@ mod tests {
     }
 
     #[test]
+    fn the_bodys_output_token_limit_reaches_the_router() {
+        let queue_behind = |body_text: &str| {
+            let sh = shared_with("[routing]\nseed = 3\ndefault_strategy = \"least-ttft\"\n[ttft]\nmax_seqs = 1\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
+            let mut st = StreamState::new(sh.clone());
+            st.on_message(headers(&[(":path", "/v1/completions")], false))
+                .unwrap();
+            st.on_message(body(body_text)).unwrap();
+            let next = sh
+                .router
+                .lock()
+                .route(RouteRequest::new("m", &[]), sh.now());
+            next.unwrap().prediction.queue_ms
+        };
+        let unlimited = queue_behind(r#"{"model":"m","prompt":"hello"}"#);
+        let limited = queue_behind(r#"{"model":"m","prompt":"hello","max_tokens":2}"#);
+        assert!(limited < unlimited / 10, "{limited} vs {unlimited}");
+    }
+
+    #[test]
     fn get_is_routed_in_the_header_phase() {
         let sh = shared();
         let mut st = StreamState::new(sh.clone());

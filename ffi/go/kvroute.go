@@ -291,6 +291,7 @@ func (r *Router) Route(model string, prompt []byte, strategy string, nowMs uint6
 
 // RouteJSON routes a request given as its OpenAI-style JSON body (chat completions or
 // completions); the prompt is extracted as AIBrix does. model "" takes the body's "model".
+// The body's max_completion_tokens (else max_tokens) caps the decode least-ttft predicts.
 func (r *Router) RouteJSON(model string, body []byte, strategy string, nowMs uint64) (Decision, error) {
 	var d C.kvroute_decision
 	mp, mn := stringArg(model)

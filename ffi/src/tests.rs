@@ -596,3 +596,42 @@ fn first_token_teaches_least_ttft_and_only_once() {
     assert!(unreported < slow - 200.0, "{unreported} vs {slow}");
     assert_eq!(ttft_after_first_tokens(&[2_050], Some(fast)), slow);
 }
+
+/// `kvroute_router_route_json` reads the body's output-token limit: the slot a request holds
+/// is predicted free after at most that many tokens.
+#[test]
+fn route_json_passes_the_output_token_limit() {
+    let queue_behind = |limit: &str| {
+        let r = new_router("least-ttft");
+        let a = add(r, "a", "10.0.0.1:80");
+        assert_eq!(kvroute_router_set_pod_capacity(r, a, 1), kvroute_status::Ok);
+        let body = format!(r#"{{"model":"m","prompt":"hello"{limit}}}"#);
+        let mut d = kvroute_decision::default();
+        let st = kvroute_router_route_json(
+            r,
+            ptr::null(),
+            0,
+            body.as_ptr(),
+            body.len(),
+            ptr::null(),
+            0,
+            0,
+            &mut d,
+        );
+        assert_eq!(status(st), "KVROUTE_STATUS_OK");
+        let next = route(r, b"next", 0).unwrap();
+        let queue = decision_field(r, next.ticket, "pred_queue_ms");
+        kvroute_router_free(r);
+        queue
+    };
+    // The prior's 128 output tokens at 50 ms; with the limit, one token after the first (and
+    // no sooner than 40% of that decode and a token from now, as for any open request).
+    let unlimited = queue_behind("");
+    assert_eq!(unlimited, 127.0 * 50.0);
+    assert_eq!(queue_behind(r#","max_tokens":2"#), 0.4 * 50.0 + 50.0);
+    assert_eq!(
+        queue_behind(r#","max_tokens":"2""#),
+        unlimited,
+        "not an integer: ignored"
+    );
+}

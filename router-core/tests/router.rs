@@ -730,6 +730,34 @@ fn a_first_token_with_usage_is_not_learned_again_at_the_completion() {
     assert_eq!(learned(&r), after_first);
 }
 
+/// A request's output-token limit bounds the decode predicted for it, so the slot it holds is
+/// predicted free sooner; a generous limit changes nothing.
+#[test]
+fn an_output_token_limit_frees_the_predicted_slot_sooner() {
+    let one_slot = RouterConfig {
+        ttft: kvroute_core::TtftConfig {
+            max_seqs: 1,
+            ..ttft_config().ttft
+        },
+        ..ttft_config()
+    };
+    let queue_behind = |limit: Option<u32>| {
+        let (mut r, _) = router_with_pods(1, one_slot.clone());
+        let h = r.hash_config().hashes(&[b'q'; 28_000]);
+        let first = RouteRequest::new(MODEL, &h).with_max_output_tokens(limit);
+        r.route(first, t(0)).unwrap();
+        let h = r.hash_config().hashes(&[b'r'; 28_000]);
+        r.route(RouteRequest::new(MODEL, &h), t(0))
+            .unwrap()
+            .prediction
+            .queue_ms
+    };
+    let unlimited = queue_behind(None);
+    // The expected output (128 tokens at 57 ms) against 2 tokens (1 after the first).
+    assert_eq!(unlimited - queue_behind(Some(2)), 126 * 57);
+    assert_eq!(queue_behind(Some(4_096)), unlimited);
+}
+
 /// Where completions carry no prompt tokens (behind Envoy, untimed), the first engine window
 /// replaces the bytes-per-token prior: it is one exact ratio over whole prompts.
 #[test]
