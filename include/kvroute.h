@@ -993,7 +993,8 @@ void kvroute_router_free(struct kvroute_router *router);
  * `kvroute_router_complete()`. On any error nothing changed and `*decision_out` is untouched:
  * `KVROUTE_STATUS_UNKNOWN_MODEL` (no pod serves the model), `KVROUTE_STATUS_NO_READY_POD`,
  * `KVROUTE_STATUS_INVALID_STRATEGY`, `KVROUTE_STATUS_INVALID_UTF8` (model or strategy),
- * `KVROUTE_STATUS_NULL_PARAMETER`, `KVROUTE_STATUS_POISONED`.
+ * `KVROUTE_STATUS_NULL_PARAMETER`, `KVROUTE_STATUS_POISONED`. The request carries no
+ * output-token limit here; `kvroute_router_route_json()` reads one from the body.
  */
 kvroute_status kvroute_router_route(struct kvroute_router *router,
                                     const uint8_t *model,

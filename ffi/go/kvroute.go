@@ -272,7 +272,8 @@ func decisionFrom(d *C.kvroute_decision) Decision {
 }
 
 // Route routes a request whose prompt is given as bytes. strategy "" uses the configured
-// default; nowMs is the caller's monotonic clock in milliseconds.
+// default; nowMs is the caller's monotonic clock in milliseconds. It passes no output-token
+// limit; RouteJSON reads one from the body.
 func (r *Router) Route(model string, prompt []byte, strategy string, nowMs uint64) (Decision, error) {
 	var d C.kvroute_decision
 	mp, mn := stringArg(model)

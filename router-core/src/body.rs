@@ -82,9 +82,10 @@ pub struct Extracted<'a> {
     pub prompt: Cow<'a, str>,
     /// `"stream": true`. Always `false` in [`Endpoint::ByFields`], which does not read it.
     pub stream: bool,
-    /// The output-token limit: `max_completion_tokens`, else `max_tokens` (as vLLM reads them),
-    /// when it is an integer from 0 to `u32::MAX`. Read leniently in every mode: any other
-    /// value, or a repeated field, leaves it `None` and is not an error (the engine judges it).
+    /// The output-token limit: `max_completion_tokens` unless absent or 0, else `max_tokens` (as
+    /// vLLM's chat endpoint reads them), when it is an integer from 0 to `u32::MAX`. Read
+    /// leniently in every mode: any other value, or a field repeated after a non-null value,
+    /// leaves it `None` and is never an error (the engine judges it); `null` counts as absent.
     pub max_output_tokens: Option<u32>,
 }
 
@@ -146,7 +147,11 @@ pub fn extract(endpoint: Endpoint, body: &[u8]) -> Result<Extracted<'_>, BodyErr
         model,
         prompt,
         stream,
-        max_output_tokens: fields.max_completion_tokens.or(fields.max_tokens),
+        // As vLLM's chat endpoint: `max_completion_tokens or max_tokens` (a 0 falls through).
+        max_output_tokens: fields
+            .max_completion_tokens
+            .filter(|&n| n > 0)
+            .or(fields.max_tokens),
     })
 }
 
@@ -245,9 +250,10 @@ impl<'de> Visitor<'de> for FieldsVisitor {
                 Key::Prompt => once(&mut prompt, &mut map, "prompt")?,
                 Key::Messages => once(&mut messages, &mut map, "messages")?,
                 Key::Stream if !self.by_fields => once(&mut stream, &mut map, "stream")?,
-                Key::MaxTokens => max_tokens = max_tokens.and(map.next_value()?),
+                Key::MaxTokens => max_tokens = max_tokens.and(Limit::read(map.next_value()?)),
                 Key::MaxCompletionTokens => {
-                    max_completion_tokens = max_completion_tokens.and(map.next_value()?);
+                    let next = Limit::read(map.next_value()?);
+                    max_completion_tokens = max_completion_tokens.and(next);
                 }
                 Key::Stream | Key::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -278,7 +284,8 @@ enum Limit {
 }
 
 impl Limit {
-    /// This occurrence followed by `next`.
+    /// This occurrence followed by `next` (a value after `null` counts; after a value, nothing
+    /// is usable).
     fn and(self, next: Limit) -> Limit {
         match self {
             Limit::Absent => next,
@@ -294,42 +301,15 @@ impl Limit {
     }
 }
 
-impl<'de> Deserialize<'de> for Limit {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct LimitVisitor;
-        impl<'de> Visitor<'de> for LimitVisitor {
-            type Value = Limit;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("an output-token limit")
-            }
-            fn visit_u64<E>(self, v: u64) -> Result<Limit, E> {
-                Ok(u32::try_from(v).map_or(Limit::Unusable, Limit::Value))
-            }
-            fn visit_unit<E>(self) -> Result<Limit, E> {
-                Ok(Limit::Absent)
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<Limit, E> {
-                Ok(Limit::Unusable)
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<Limit, E> {
-                Ok(Limit::Unusable)
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<Limit, E> {
-                Ok(Limit::Unusable)
-            }
-            fn visit_str<E>(self, _: &str) -> Result<Limit, E> {
-                Ok(Limit::Unusable)
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, mut a: A) -> Result<Limit, A::Error> {
-                while a.next_element::<IgnoredAny>()?.is_some() {}
-                Ok(Limit::Unusable)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut a: A) -> Result<Limit, A::Error> {
-                while a.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Limit::Unusable)
-            }
+impl Limit {
+    /// Reads one occurrence from its raw JSON text: `null` is absent, an integer from 0 to
+    /// `u32::MAX` a value, anything else unusable (never an error: the text was validated as
+    /// JSON the way any skipped field is).
+    fn read(raw: &RawValue) -> Limit {
+        match raw.get() {
+            "null" => Limit::Absent,
+            text => serde_json::from_str::<u32>(text).map_or(Limit::Unusable, Limit::Value),
         }
-        d.deserialize_any(LimitVisitor)
     }
 }
 
@@ -637,7 +617,16 @@ mod tests {
                 limit(e, r#","max_completion_tokens":null,"max_tokens":9"#),
                 Some(9)
             );
-            for unusable in ["-1", "1.5", "\"128\"", "true", "[1]", "{}", "4294967296"] {
+            assert_eq!(
+                limit(e, r#","max_completion_tokens":0,"max_tokens":9"#),
+                Some(9),
+                "a 0 falls through, as in vLLM"
+            );
+            let odd = ["1e400", r#""\ud800""#, r#"{"\ud800":1}"#];
+            for unusable in ["-1", "1.5", "\"128\"", "true", "[1]", "{}", "4294967296"]
+                .into_iter()
+                .chain(odd)
+            {
                 let fields = format!(r#","max_tokens":{unusable}"#);
                 assert_eq!(limit(e, &fields), None, "{unusable}");
             }

@@ -143,11 +143,12 @@ impl PodModel {
     ) -> Option<f64> {
         self.max_running_seen = self.max_running_seen.max(snapshot.running);
         self.learn_from_engine(&snapshot, cfg);
-        let bytes_per_token = self.learn_from_routed(&snapshot, cfg);
+        let own_open = u32::try_from(self.open.len()).unwrap_or(u32::MAX);
+        let bytes_per_token = self.learn_from_routed(&snapshot, own_open, cfg);
         self.engine = Some(ObservedEngine {
             snapshot,
             at,
-            own_open: u32::try_from(self.open.len()).unwrap_or(u32::MAX),
+            own_open,
         });
         bytes_per_token
     }
@@ -155,13 +156,24 @@ impl PodModel {
     /// Compares what was routed to the pod with what its engine scheduled, between two
     /// snapshots that show no waiting request (so every request routed before each of them
     /// had been scheduled, transit aside) and no more requests than this router has open
-    /// there (a snapshot with more shows another sender, whose prompts the router never saw:
-    /// the window restarts without a sample), over at least `MIN_ENGINE_PREFILLS` engine
+    /// there (`own_open`; a snapshot with more shows another sender, whose prompts the router
+    /// never saw: the window is dropped without a sample and the next idle snapshot starts
+    /// one; a completion that reached the router after the scrape, or a cancelled request the
+    /// engine still runs, looks the same and only delays learning), over at least `MIN_ENGINE_PREFILLS` engine
     /// blocks of prompt tokens: learns `trust` (hits on the indexed tokens) and `extra` (hits
     /// beyond them) from the engine's prefix-cache hits as [`super::learn()`] does per request, and
     /// returns the prompt bytes per scheduled token for the router-wide estimate.
-    fn learn_from_routed(&mut self, s: &EngineSnapshot, cfg: &TtftConfig) -> Option<f64> {
+    fn learn_from_routed(
+        &mut self,
+        s: &EngineSnapshot,
+        own_open: u32,
+        cfg: &TtftConfig,
+    ) -> Option<f64> {
         let (queries, hits) = (s.prefix_queries?, s.prefix_hits?);
+        if s.running.saturating_add(s.waiting) > own_open {
+            self.engine_rates.routed = None;
+            return None;
+        }
         if s.waiting > 0 {
             return None;
         }
@@ -170,11 +182,6 @@ impl PodModel {
             hits,
             ..self.routed
         };
-        let own = u32::try_from(self.open.len()).unwrap_or(u32::MAX);
-        if s.running.saturating_add(s.waiting) > own {
-            self.engine_rates.routed = Some(now);
-            return None;
-        }
         let Some(base) = self.engine_rates.routed else {
             self.engine_rates.routed = Some(now);
             return None;
@@ -416,7 +423,11 @@ mod tests {
         // The index promised 6,272 of those tokens; the engine had none of them.
         pod.routed.indexed_tokens += 6_272.0;
         pod.routed.unindexed_tokens += 3_728.0;
-        // Routed but still queued on the engine: no sample, the window stays open.
+        // Routed (two requests, open) but still queued on the engine: no sample, the window
+        // stays open.
+        pod.open = (1..=2)
+            .map(|n| super::super::OpenRequest::new(crate::ids::Ticket(n), t(0), 5_000.0, None))
+            .collect();
         assert_eq!(pod.observe(snap(5_000, 2), t(1), &c), None);
         // Scheduled: 56,000 bytes for 10,000 tokens.
         assert_eq!(pod.observe(snap(10_000, 0), t(2), &c), Some(5.6));
@@ -427,18 +438,24 @@ mod tests {
         assert_eq!(pod.observe(snap(11_000, 0), t(3), &c), None);
         // A restart starts a new window.
         assert_eq!(pod.observe(snap(100, 0), t(4), &c), None);
-        // An engine running requests this router did not route (another sender's prompts,
-        // which it never saw) restarts the window without a sample.
+        // An engine running more requests than this router has open there (another sender's
+        // prompts, which it never saw) drops the window without a sample.
         pod.routed.prompt_bytes += 56_000.0;
         let shared = EngineSnapshot {
             running: 3,
             ..snap(10_100, 0)
         };
         assert_eq!(pod.observe(shared, t(5), &c), None);
+        assert_eq!(pod.observe(snap(20_100, 0), t(6), &c), None, "a new window");
+        // The same while the engine has a queue: another sender's requests seen only waiting.
+        pod.routed.prompt_bytes += 56_000.0;
+        assert_eq!(pod.observe(snap(25_100, 3), t(7), &c), None);
+        assert_eq!(pod.observe(snap(30_100, 0), t(8), &c), None, "a new window");
+        pod.routed.prompt_bytes += 56_000.0;
         assert_eq!(
-            pod.observe(snap(20_100, 0), t(6), &c),
-            None,
-            "no bytes since"
+            pod.observe(snap(40_100, 0), t(9), &c),
+            Some(5.6),
+            "ours alone"
         );
     }
 
