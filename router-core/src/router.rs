@@ -617,12 +617,11 @@ impl Router {
         self.tickets.stats.completed[outcome_index(completion.outcome)] += 1;
         if completion.outcome == Outcome::Success {
             if let Ok(p) = self.registry.pod_mut(open.pod) {
-                let mut context = open.context;
                 ttft::learn(
                     &mut p.model,
                     &mut self.global,
                     &self.config.ttft,
-                    &mut context,
+                    open.context,
                     &completion.timings,
                 );
             }

@@ -159,10 +159,11 @@ impl PodModel {
     /// there (`own_open`; a snapshot with more shows another sender, whose prompts the router
     /// never saw: the window is dropped without a sample and the next idle snapshot starts
     /// one; a completion that reached the router after the scrape, or a cancelled request the
-    /// engine still runs, looks the same and only delays learning), over at least `MIN_ENGINE_PREFILLS` engine
-    /// blocks of prompt tokens: learns `trust` (hits on the indexed tokens) and `extra` (hits
-    /// beyond them) from the engine's prefix-cache hits as [`super::learn()`] does per request, and
-    /// returns the prompt bytes per scheduled token for the router-wide estimate.
+    /// engine still runs, looks the same and only delays learning), over at least
+    /// `MIN_ENGINE_PREFILLS` engine blocks of prompt tokens: learns `trust` (hits on the
+    /// indexed tokens) and `extra` (hits beyond them) from the engine's prefix-cache hits as
+    /// [`super::learn()`] does per request, and returns the prompt bytes per scheduled token
+    /// for the router-wide estimate.
     fn learn_from_routed(
         &mut self,
         s: &EngineSnapshot,

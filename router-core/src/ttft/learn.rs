@@ -20,12 +20,12 @@ pub(crate) struct TicketContext {
 
 /// Learns from one successful completion (see the [`super`] docs for which samples count): the
 /// decode side, and what of the prompt side a first-token report has not taught already
-/// ([`learn_first_token`]).
+/// ([`learn_first_token`]). The context is the request's last: it is consumed.
 pub(crate) fn learn(
     pod: &mut PodModel,
     global: &mut GlobalModel,
     cfg: &TtftConfig,
-    ctx: &mut TicketContext,
+    mut ctx: TicketContext,
     timings: &Timings,
 ) {
     if let Some(out) = timings.output_tokens {
@@ -47,10 +47,10 @@ pub(crate) fn learn(
         }
     }
     if !ctx.usage_learned {
-        learn_usage(pod, global, cfg, ctx, timings);
+        learn_usage(pod, global, cfg, &mut ctx, timings);
     }
     if !ctx.first_token_learned {
-        learn_prefill(pod, global, cfg, ctx, timings);
+        learn_prefill(pod, global, cfg, &mut ctx, timings);
     }
 }
 
@@ -167,7 +167,7 @@ mod tests {
             ..Default::default()
         };
         for _ in 0..10 {
-            learn(&mut pod, &mut g, &c, &mut { ctx }, &surprise);
+            learn(&mut pod, &mut g, &c, ctx, &surprise);
         }
         let warm = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert!(warm.cached_tokens > 3_500.0, "{warm:?}");
@@ -183,19 +183,19 @@ mod tests {
             cached_tokens: Some(0),
             ..Default::default()
         };
-        learn(&mut pod, &mut g, &c, &mut { ctx }, &evicted);
+        learn(&mut pod, &mut g, &c, ctx, &evicted);
         assert_eq!(pod.trust.get(), 0.0, "the first sample replaces the prior");
         let kept = crate::tickets::Timings {
             cached_tokens: Some(4_704),
             ..evicted
         };
-        learn(&mut pod, &mut g, &c, &mut { ctx }, &kept);
+        learn(&mut pod, &mut g, &c, ctx, &kept);
         assert!(
             (pod.trust.get() - 0.5).abs() < 1e-9,
             "the second weighs half"
         );
         for _ in 0..3 {
-            learn(&mut pod, &mut g, &c, &mut { ctx }, &kept);
+            learn(&mut pod, &mut g, &c, ctx, &kept);
         }
         assert!(
             (pod.trust.get() - 0.8).abs() < 1e-9,
@@ -222,23 +222,23 @@ mod tests {
             ..Default::default()
         };
         // The first measured prefill replaces the 2× slow prior, the second is averaged in.
-        learn(&mut pod, &mut g, &c, &mut { ctx }, &timings(1_000)); // truth: 3,000 tokens/s
+        learn(&mut pod, &mut g, &c, ctx, &timings(1_000)); // truth: 3,000 tokens/s
         assert_eq!(pod.prefill_tps.get(), 3_000.0);
-        learn(&mut pod, &mut g, &c, &mut { ctx }, &timings(1_500));
+        learn(&mut pod, &mut g, &c, ctx, &timings(1_500));
         assert_eq!(
             pod.prefill_tps.get(),
             2_500.0,
             "the mean of 3,000 and 2,000"
         );
         for _ in 0..30 {
-            learn(&mut pod, &mut g, &c, &mut { ctx }, &timings(1_000));
+            learn(&mut pod, &mut g, &c, ctx, &timings(1_000));
         }
         assert!(
             (pod.prefill_tps.get() - 3_000.0).abs() < 30.0,
             "{}",
             pod.prefill_tps.get()
         );
-        learn(&mut pod, &mut g, &c, &mut { ctx }, &timings(1)); // absurd outlier
+        learn(&mut pod, &mut g, &c, ctx, &timings(1)); // absurd outlier
         assert!(
             pod.prefill_tps.get() < 3_000.0 * 1.5,
             "one outlier moved the estimate to {}",
@@ -249,7 +249,7 @@ mod tests {
             ..ctx
         };
         let before = pod.prefill_tps.get();
-        learn(&mut pod, &mut g, &c, &mut { waited }, &timings(5_000));
+        learn(&mut pod, &mut g, &c, waited, &timings(5_000));
         assert_eq!(
             pod.prefill_tps.get(),
             before,
@@ -276,7 +276,7 @@ mod tests {
         };
         assert_eq!(b.prefill_rate(&g), 1_500.0, "nothing measured: the prior");
         for n in 1..=OWN_PREFILL_SAMPLES {
-            learn(&mut a, &mut g, &c, &mut { ctx }, &first);
+            learn(&mut a, &mut g, &c, ctx, &first);
             assert_eq!(a.prefill_rate(&g), 3_000.0);
             assert_eq!(
                 b.prefill_rate(&g),
@@ -292,7 +292,7 @@ mod tests {
             ..first
         };
         for _ in 0..OWN_PREFILL_SAMPLES {
-            learn(&mut b, &mut g, &c, &mut { ctx }, &slow);
+            learn(&mut b, &mut g, &c, ctx, &slow);
         }
         assert_eq!(b.prefill_rate(&g), 1_500.0);
         assert_eq!(a.prefill_rate(&g), 3_000.0);
@@ -307,7 +307,7 @@ mod tests {
             total_ms: Some(9_000),
             ..Default::default()
         };
-        learn(&mut pod, &mut g, &c, &mut { ctx }, &total_only);
+        learn(&mut pod, &mut g, &c, ctx, &total_only);
         assert_eq!(
             (pod.first_tokens, pod.decode_timings),
             (Reports::Missing, Reports::Missing)
@@ -318,7 +318,7 @@ mod tests {
             first_token_ms: Some(500),
             ..total_only
         };
-        learn(&mut pod, &mut g, &c, &mut { ctx }, &first_only);
+        learn(&mut pod, &mut g, &c, ctx, &first_only);
         assert_eq!(
             (pod.first_tokens, pod.decode_timings),
             (Reports::Present, Reports::Missing)
@@ -327,9 +327,9 @@ mod tests {
             output_tokens: Some(100),
             ..first_only
         };
-        learn(&mut pod, &mut g, &c, &mut { ctx }, &both);
+        learn(&mut pod, &mut g, &c, ctx, &both);
         assert_eq!(pod.decode_timings, Reports::Present);
-        learn(&mut pod, &mut g, &c, &mut { ctx }, &total_only);
+        learn(&mut pod, &mut g, &c, ctx, &total_only);
         assert_eq!(
             (pod.first_tokens, pod.decode_timings),
             (Reports::Present, Reports::Present),

@@ -37,9 +37,9 @@
 //!   taken as 0.5 (as likely warm as not) for one probe at a time: the first request with at
 //!   least a block the index does not place there that is routed to it; until that probe
 //!   reports its cached tokens (at its first token, or with its completion) or ends, other
-//!   requests see `extra_p`'s prior 0. (Assumed
-//!   0, a warm pod behind an index that never saw it would never be tried, so never learned;
-//!   where a pod is really cold the probe costs one prefill predicted too short.) Pods whose
+//!   requests see `extra_p`'s prior 0. (Assumed 0, a warm pod behind an index that never saw
+//!   it would never be tried, so never learned; where a pod is really cold the probe costs
+//!   one prefill predicted too short.) Pods whose
 //!   completions come without cached tokens (behind Envoy) are not probed: no single request
 //!   could answer, and engine counters teach `extra_p` there.
 //! - `least-ttft` ranks pods by `ttft + stall`, not by `ttft` alone (the prediction it reports
