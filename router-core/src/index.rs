@@ -312,11 +312,21 @@ impl PrefixIndex {
     /// Removes `pod` from every block (for every model, or only for `model`); blocks left
     /// without a pod are dropped. Costs a walk of the whole index.
     pub fn purge_pod(&mut self, pod: PodId, model: Option<ModelId>) {
+        self.purge_where(|h| h.pod == pod && model.is_none_or(|m| m == h.model));
+    }
+
+    /// Removes every entry of `model`, whatever pod holds it (the model was removed).
+    pub fn purge_model(&mut self, model: ModelId) {
+        self.purge_where(|h| h.model == model);
+    }
+
+    /// Removes the holders `drop` selects, and the blocks left with none. Walks the index.
+    fn purge_where(&mut self, drop: impl Fn(&Holder) -> bool) {
         let mut slot = self.head;
         while slot != NIL {
             let next = self.entries[slot as usize].next;
             let holders = &mut self.entries[slot as usize].holders;
-            holders.retain(|h| h.pod != pod || model.is_some_and(|m| m != h.model));
+            holders.retain(|h| !drop(h));
             if holders.is_empty() {
                 self.remove_slot(slot);
                 self.stats.purged += 1;

@@ -232,6 +232,20 @@ impl Registry {
         Ok(())
     }
 
+    /// Detaches every pod from the model and forgets its name (a later request for it is for an
+    /// unknown model; adding it again interns a new id). Its slot stays so ids held by open
+    /// tickets stay valid.
+    pub(crate) fn remove_model(&mut self, name: &str) -> Result<ModelId, RegistryError> {
+        let id = self
+            .model_by_name
+            .remove(name)
+            .ok_or_else(|| RegistryError::UnknownModel(name.to_owned()))?;
+        for pod in std::mem::take(&mut self.models[id.index()].pods) {
+            self.pods[pod.index()].models.retain(|m| *m != id);
+        }
+        Ok(id)
+    }
+
     /// Marks the pod removed; its slot stays so the id is never reused.
     pub(crate) fn remove_pod(&mut self, pod: PodId) -> Result<(), RegistryError> {
         let p = self.pod_mut(pod)?;

@@ -278,6 +278,15 @@ impl Router {
         Ok(())
     }
 
+    /// Removes the model: its pods stop serving it (they stay, with what else they serve), its
+    /// index entries are purged, and requests for it get [`RouteError::UnknownModel`] (400)
+    /// until it is added again. Its open tickets complete as usual. Costs a walk of the index.
+    pub fn remove_model(&mut self, model: &str) -> Result<(), RegistryError> {
+        let m = self.registry.remove_model(model)?;
+        self.index.purge_model(m);
+        Ok(())
+    }
+
     /// Removes the pod: it gets no new requests, its index entries are purged, and its open
     /// tickets become orphans (completing them is accepted and decrements nothing). Costs a
     /// walk of the index.

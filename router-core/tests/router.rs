@@ -343,6 +343,64 @@ fn detach_stops_routing_a_model_to_the_pod() {
     ));
 }
 
+#[test]
+fn a_removed_model_is_unknown_and_its_pods_and_tickets_carry_on() {
+    let (mut r, pods) = router_with_pods(2, cfg());
+    r.add_pod(
+        "other",
+        PodSpec {
+            name: "pod-0",
+            address: "10.0.0.1:8000",
+            ready: true,
+        },
+    )
+    .unwrap();
+    let h = r.hash_config().hashes(&[b'x'; 1024]);
+    let open = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    let other = r.hash_config().hashes(&[b'y'; 1024]);
+    r.route(RouteRequest::new("other", &other), t(1)).unwrap();
+    assert_eq!(r.index().len(), 16, "8 blocks for each model");
+
+    r.remove_model(MODEL).unwrap();
+    assert!(matches!(
+        r.route(RouteRequest::new(MODEL, &h), t(2)),
+        Err(RouteError::UnknownModel)
+    ));
+    assert_eq!(r.index().len(), 8, "only the other model's blocks are left");
+    assert_eq!(r.pod(pods[0]).unwrap().models, vec!["other".into()]);
+    assert!(r.pod(pods[1]).unwrap().models.is_empty());
+    // The open ticket still releases its slot, once.
+    assert_eq!(
+        r.in_flight(open.pod),
+        Some(if open.pod == pods[0] { 2 } else { 1 })
+    );
+    let released = r
+        .complete(open.ticket, Outcome::Success.into(), t(3))
+        .unwrap();
+    assert!(!released.orphaned);
+    r.check_invariants().unwrap();
+    assert!(matches!(
+        r.remove_model(MODEL),
+        Err(RegistryError::UnknownModel(_))
+    ));
+    // Added again, it routes again.
+    r.add_pod(
+        MODEL,
+        PodSpec {
+            name: "pod-1",
+            address: "10.0.0.2:8000",
+            ready: true,
+        },
+    )
+    .unwrap();
+    let again = r.route(RouteRequest::new(MODEL, &h), t(4)).unwrap();
+    assert_eq!(
+        (again.pod, again.match_percent),
+        (pods[1], 0),
+        "nothing is remembered"
+    );
+}
+
 /// The study's hot50 shape: two pods, the hot family's prefix already indexed on B, 48 hot and
 /// 48 other requests, loads kept below the guard (each request completes before the next few).
 #[test]
