@@ -324,7 +324,7 @@ typedef struct kvroute_stats {
    */
   uint64_t tickets_expired;
   /**
-   * Completions of tickets whose pod had been removed.
+   * Tickets whose pod had been removed when they were completed or expired.
    */
   uint64_t tickets_orphaned;
   /**
@@ -599,8 +599,8 @@ void kvroute_config_builder_free(struct kvroute_config_builder *builder);
 
 /**
  * Sets the strategy used when a route call names none (AIBrix's `ROUTING_ALGORITHM`):
- * `spec` is `name[:weight][,name[:weight]...]` over `random`, `least-request` and
- * `prefix-cache`, case-insensitive, for example `"prefix-cache"` or
+ * `spec` is `name[:weight][,name[:weight]...]` over `random`, `least-request`, `prefix-cache`
+ * and `least-ttft`, case-insensitive, for example `"least-ttft"` or
  * `"prefix-cache:2,least-request:1"`. `(spec, spec_len)` is borrowed for the call only and need
  * not be NUL-terminated.
  *
@@ -961,8 +961,7 @@ kvroute_status kvroute_router_pod_address(const struct kvroute_router *router,
                                           size_t *out_n);
 
 /**
- * Builds a router with `config` (the router keeps its own reference: the caller may free the
- * config right away). On success `*router_out` is a new router the caller owns and frees with
+ * Builds a router with a copy of `config` (the caller may free the config right away). On success `*router_out` is a new router the caller owns and frees with
  * `kvroute_router_free()`.
  *
  * Returns `KVROUTE_STATUS_NULL_PARAMETER` if either pointer is NULL.

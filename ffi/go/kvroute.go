@@ -174,7 +174,11 @@ func stringArg(s string) (*C.uint8_t, C.size_t) {
 }
 
 // NewRouter builds a router with cfg. Call Close when done (a finalizer frees it otherwise).
+// A negative size or duration is StatusInvalidParameter.
 func NewRouter(cfg Config) (*Router, error) {
+	if cfg.BlockSize < 0 || cfg.IndexCapacity < 0 || cfg.IndexTTL < 0 || cfg.TicketTTL < 0 {
+		return nil, StatusInvalidParameter
+	}
 	b := C.kvroute_config_builder_new()
 	if b == nil {
 		return nil, StatusPanic

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 const sentence = "The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n"
@@ -92,8 +93,10 @@ func TestErrorsAreStatuses(t *testing.T) {
 	if _, err := NewRouter(Config{Strategy: "round-robin"}); !errors.Is(err, StatusInvalidStrategy) {
 		t.Fatalf("bad strategy: %v", err)
 	}
-	if _, err := NewRouter(Config{BlockSize: -1}); !errors.Is(err, StatusInvalidParameter) {
-		t.Fatalf("bad block size: %v", err)
+	for _, bad := range []Config{{BlockSize: -1}, {IndexCapacity: -1}, {IndexTTL: -time.Millisecond}, {TicketTTL: -time.Second}} {
+		if _, err := NewRouter(bad); !errors.Is(err, StatusInvalidParameter) {
+			t.Fatalf("%+v: %v", bad, err)
+		}
 	}
 	r := newTestRouter(t, Config{}, 1)
 	defer r.Close()
@@ -306,8 +309,12 @@ func TestLeastTTFTInputs(t *testing.T) {
 	r := newTestRouter(t, Config{Seed: 5, Strategy: "least-ttft"}, 2)
 	defer r.Close()
 	pods, _ := r.Pods()
-	if err := r.SetPodCapacity(pods[0], 16); err != nil {
-		t.Fatal(err)
+	// pods[1] holds 4 sequences, and its engine shows 6 requests this router did not send:
+	// least-ttft predicts a wait there and sends everything to pods[0] (idle, with room).
+	for i, seqs := range []uint32{16, 4} {
+		if err := r.SetPodCapacity(pods[i], seqs); err != nil {
+			t.Fatal(err)
+		}
 	}
 	kv := 0.25
 	if err := r.ObserveEngine(pods[1], EngineSnapshot{Running: 4, Waiting: 2, KVUsage: &kv}, 10); err != nil {
@@ -316,6 +323,18 @@ func TestLeastTTFTInputs(t *testing.T) {
 	bad := 2.0
 	if err := r.ObserveEngine(pods[1], EngineSnapshot{KVUsage: &bad}, 10); !errors.Is(err, StatusInvalidParameter) {
 		t.Fatalf("kv usage 2.0: %v", err)
+	}
+	for i := uint64(0); i < 8; i++ {
+		d, err := r.Route("study", []byte(studyPrompt(int(i), 1)), "", 11+i)
+		if err != nil || d.Pod != pods[0] {
+			t.Fatalf("route %d: %+v %v", i, d, err)
+		}
+		if q := decisionField(t, r, d.Ticket, "runner_up_ttft_ms"); q <= decisionField(t, r, d.Ticket, "pred_ttft_ms") {
+			t.Fatalf("route %d: the busy pod is not predicted slower", i)
+		}
+		if err := r.Complete(d.Ticket, Success, 11+i); err != nil {
+			t.Fatal(err)
+		}
 	}
 	d, err := r.Route("study", []byte(studyPrompt(2, 1)), "", 20)
 	if err != nil || d.Reason != ReasonLeastTTFT {

@@ -69,8 +69,8 @@ fn nonzero<T: Default + PartialEq>(v: T) -> Result<T, kvroute_status> {
 }
 
 /// Sets the strategy used when a route call names none (AIBrix's `ROUTING_ALGORITHM`):
-/// `spec` is `name[:weight][,name[:weight]...]` over `random`, `least-request` and
-/// `prefix-cache`, case-insensitive, for example `"prefix-cache"` or
+/// `spec` is `name[:weight][,name[:weight]...]` over `random`, `least-request`, `prefix-cache`
+/// and `least-ttft`, case-insensitive, for example `"least-ttft"` or
 /// `"prefix-cache:2,least-request:1"`. `(spec, spec_len)` is borrowed for the call only and need
 /// not be NUL-terminated.
 ///

@@ -118,7 +118,7 @@ pub struct kvroute_stats {
     pub completed_failed: u64,
     /// Tickets released by the ticket TTL because no completion came.
     pub tickets_expired: u64,
-    /// Completions of tickets whose pod had been removed.
+    /// Tickets whose pod had been removed when they were completed or expired.
     pub tickets_orphaned: u64,
     /// Completions and first-token reports rejected (a ticket never issued, or already
     /// completed or expired).

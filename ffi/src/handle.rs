@@ -7,7 +7,7 @@
 //! - [`OwnershipBox`]: the pointer came from `Box::into_raw`; it is freed with [`free_box`]
 //!   (or consumed with [`take_box`]) and may be borrowed mutably;
 //! - [`OwnershipArc`]: the pointer came from `Arc::into_raw`; it is freed with [`free_arc`],
-//!   shared with [`clone_arc`], and only ever borrowed immutably.
+//!   and only ever borrowed immutably.
 //!
 //! Because the ownership is an associated type, freeing an `Arc` handle as a `Box` (or the
 //! reverse) does not compile. The model is rustls-ffi's `ffi.rs`.
@@ -83,25 +83,6 @@ pub(crate) unsafe fn free_arc<C: Castable<Ownership = OwnershipArc>>(ptr: *const
     if !ptr.is_null() {
         // SAFETY: per the contract, `ptr` holds one strong count, which we give up here.
         drop(unsafe { Arc::from_raw(ptr.cast::<C::RustType>()) });
-    }
-}
-
-/// A new strong reference to an `Arc` handle's value; the caller's count is untouched.
-///
-/// # Safety
-/// As [`free_arc`], and `ptr` stays valid for the duration of this call.
-pub(crate) unsafe fn clone_arc<C: Castable<Ownership = OwnershipArc>>(
-    ptr: *const C,
-) -> Result<Arc<C::RustType>, kvroute_status> {
-    if ptr.is_null() {
-        return Err(kvroute_status::NullParameter);
-    }
-    let ptr = ptr.cast::<C::RustType>();
-    // SAFETY: `ptr` holds a strong count owned by the caller; incrementing it first keeps the
-    // value alive for the `Arc` we build from it.
-    unsafe {
-        Arc::increment_strong_count(ptr);
-        Ok(Arc::from_raw(ptr))
     }
 }
 
@@ -222,13 +203,6 @@ macro_rules! try_mut {
 macro_rules! try_take_box {
     ( $ptr:expr ) => {
         try_status!(unsafe { $crate::handle::take_box($ptr) })
-    };
-}
-
-/// `Arc<C::RustType>` cloned from an `Arc` handle pointer, or return `NULL_PARAMETER`.
-macro_rules! try_clone_arc {
-    ( $ptr:expr ) => {
-        try_status!(unsafe { $crate::handle::clone_arc($ptr) })
     };
 }
 

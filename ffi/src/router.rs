@@ -4,8 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kvroute_core::{
-    Completion, Decision, HashConfig, RouteRequest, Router, RouterConfig, StrategySpec, Ticket,
-    Timestamp,
+    Completion, Decision, HashConfig, RouteRequest, Router, StrategySpec, Ticket, Timestamp,
 };
 use parking_lot::{Mutex, MutexGuard};
 
@@ -171,8 +170,7 @@ macro_rules! try_opt_str {
     }};
 }
 
-/// Builds a router with `config` (the router keeps its own reference: the caller may free the
-/// config right away). On success `*router_out` is a new router the caller owns and frees with
+/// Builds a router with a copy of `config` (the caller may free the config right away). On success `*router_out` is a new router the caller owns and frees with
 /// `kvroute_router_free()`.
 ///
 /// Returns `KVROUTE_STATUS_NULL_PARAMETER` if either pointer is NULL.
@@ -182,9 +180,9 @@ pub extern "C" fn kvroute_router_new(
     router_out: *mut *mut kvroute_router,
 ) -> kvroute_status {
     ffi_panic_boundary! {
-        let config = try_clone_arc!(config);
+        let config = try_ref!(config);
         let out = try_out!(router_out);
-        let router = try_status!(Router::new(RouterConfig::clone(&config)));
+        let router = try_status!(Router::new(config.clone()));
         handle::set_out(out, handle::to_boxed_mut_ptr::<kvroute_router>(RouterHandle::new(router)));
         kvroute_status::Ok
     }

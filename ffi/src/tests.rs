@@ -214,12 +214,13 @@ fn explanations_of_expired_tickets_are_dropped_by_tick() {
 }
 
 #[test]
-fn build_consumes_the_builder_and_rejects_nulls() {
+fn build_and_setters_reject_nulls_and_bad_values() {
     assert_eq!(
         kvroute_config_builder_build(ptr::null_mut(), ptr::null_mut()),
         kvroute_status::NullParameter
     );
-    // Consumed even though the out-pointer is NULL (Miri/valgrind would see a leak otherwise).
+    // The builder is consumed even though the out-pointer is NULL: a leak here is what
+    // tests/c/test_api.c checks for under ASan's leak checker (`make test-c`).
     assert_eq!(
         kvroute_config_builder_build(kvroute_config_builder_new(), ptr::null_mut()),
         kvroute_status::NullParameter

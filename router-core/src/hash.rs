@@ -1,6 +1,6 @@
 //! Prompt hashing: the chained block hashes that key the prefix index.
 //!
-//! Scheme (AIBrix v0.7.0, spec §3.3–3.4), called [`HashScheme::V1`]:
+//! Scheme (AIBrix v0.7.0, spec §3.3–3.4; "v1" in the test vectors' name):
 //! - the prompt is a byte string (the "character" tokenizer: UTF-8 bytes);
 //! - it is cut into blocks of `block_size` bytes; a trailing partial block is ignored;
 //! - `h_i = XXH64_S(LE64(parent_i) || block_i)` with `parent_0 = S` and `parent_{i+1} = h_i`,
@@ -17,14 +17,6 @@ pub const MAX_BLOCK_SIZE: usize = 1 << 20;
 
 /// Default block size in bytes (AIBrix's shipped `AIBRIX_PREFIX_CACHE_BLOCK_SIZE`).
 pub const DEFAULT_BLOCK_SIZE: usize = 128;
-
-/// The hashing scheme version. Routers that share an index (or compare notes) must agree on it,
-/// on the block size and on the seed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HashScheme {
-    /// Chained XXH64 over byte blocks, as described in the module docs.
-    V1,
-}
 
 /// The hash of one prompt prefix ending at a block boundary.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

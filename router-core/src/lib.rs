@@ -79,9 +79,7 @@ pub use config::{
     DEFAULT_INDEX_TTL_MS, DEFAULT_STDDEV_FACTOR, DEFAULT_TICKET_TTL_MS,
 };
 pub use decision::{Decision, LoadSnapshot, Prediction, Reason};
-pub use hash::{
-    BlockHash, HashConfig, HashScheme, InvalidBlockSize, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE,
-};
+pub use hash::{BlockHash, HashConfig, InvalidBlockSize, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE};
 pub use ids::{ModelId, PodId, Ticket};
 pub use index::{IndexStats, PrefixIndex};
 pub use registry::{PodInfo, PodSpec, RegistryError};

@@ -126,7 +126,8 @@ pub struct Router {
     model_stats: Vec<ModelStats>,
     unknown_model: u64,
     global: GlobalModel,
-    // invariant: the latest time passed in; every call uses max(now, latest).
+    // invariant: the latest time passed in; every call uses max(now, latest), except that an
+    // engine snapshot keeps its own (scrape) time.
     latest: Timestamp,
     scratch: Scratch,
 }
@@ -155,8 +156,9 @@ impl Router {
     /// Applies a new configuration without losing pods, in-flight counts or open tickets. The
     /// index is kept unless the hashing (block size or hash seed) changed, in which case its
     /// hashes mean nothing any more and it is cleared; a smaller capacity evicts the oldest
-    /// blocks. The PRNG is not reseeded, and rates the TTFT model learned are kept (new priors
-    /// apply to pods added later).
+    /// blocks. The PRNG is not reseeded. What the TTFT model learned is kept; its priors take
+    /// the new values wherever nothing has been learned yet (a pod's rates, the bytes per
+    /// token, the expected output). Pods keep the capacity they were given.
     pub fn reconfigure(&mut self, config: RouterConfig) -> Result<(), ConfigError> {
         config.validate()?;
         let hash = config.hash_config()?;
@@ -166,6 +168,10 @@ impl Router {
         }
         self.index
             .set_limits(config.index_capacity, config.index_ttl_ms);
+        self.global.set_priors(&config.ttft);
+        for pod in &mut self.registry.pods {
+            pod.model.set_priors(&config.ttft);
+        }
         self.config = config;
         Ok(())
     }
@@ -240,7 +246,9 @@ impl Router {
     }
 
     /// Records the pod's engine state as scraped at `at`. The TTFT model uses it until it is
-    /// older than `ttft.snapshot_max_age_ms`, adding engine load the router did not route.
+    /// older than `ttft.snapshot_max_age_ms`, adding engine load the router did not route. It
+    /// ages from `at` even when other calls have passed later times since the scrape; a later
+    /// `at` moves the router's clock like any call's time.
     /// Where completions do not report first-token times, cached or prompt tokens (behind
     /// Envoy), the snapshot's cumulative counters teach the pod's prefill rate, overhead,
     /// TPOT, `trust`/`extra` and the router-wide bytes per token instead (see `ttft/engine.rs`).
@@ -250,6 +258,8 @@ impl Router {
         snapshot: EngineSnapshot,
         at: Timestamp,
     ) -> Result<(), RegistryError> {
+        // The snapshot ages from its own time, even one earlier than the latest seen.
+        self.clock(at);
         let cfg = &self.config.ttft;
         let sample = self.registry.pod_mut(pod)?.model.observe(snapshot, at, cfg);
         let from_engine = self.global.prompt_tokens == ttft::Reports::Missing;
@@ -614,7 +624,9 @@ impl Router {
     }
 
     /// Releases the ticket's in-flight slot, exactly once. A second completion, or one for a
-    /// ticket that expired or was never issued, is an error and changes nothing.
+    /// ticket that expired or was never issued, is an error and changes nothing. A successful
+    /// completion's timings teach `least-ttft`'s model; a first-token or total time longer than
+    /// the time since routing (as the router's clock saw it) is taken as that time.
     pub fn complete(
         &mut self,
         ticket: Ticket,
@@ -624,23 +636,27 @@ impl Router {
         let now = self.clock(now);
         let open = self.tickets.take(ticket)?;
         self.tickets.stats.completed[outcome_index(completion.outcome)] += 1;
+        // Released before anything is learned: the slot is freed whatever learning does.
+        let released = self.release(ticket, open.pod, open.model, open.issued, now);
         if completion.outcome == Outcome::Success {
             if let Ok(p) = self.registry.pod_mut(open.pod) {
+                let timings = completion.timings.at_most(now.millis_since(open.issued));
                 ttft::learn(
                     &mut p.model,
                     &mut self.global,
                     &self.config.ttft,
                     open.context,
-                    &completion.timings,
+                    &timings,
                 );
             }
         }
-        Ok(self.release(ticket, open.pod, open.model, open.issued, now))
+        Ok(released)
     }
 
     /// Reports the first token of an open request, as soon as the shell sees it (streaming
     /// proxies see it long before the completion). Only `first_token_ms` (time from routing to
-    /// the first token; `None` = until `now`), `prompt_tokens` and `cached_tokens` of
+    /// the first token; `None` = until `now`, and never more than that), `prompt_tokens` and
+    /// `cached_tokens` of
     /// `timings` are read. The time teaches least-ttft's prefill rate or overhead a whole decode
     /// earlier than the completion would; prompt and cached tokens, when given (a stream
     /// carries usage at its first token only with vLLM's continuous usage stats), teach bytes
@@ -661,9 +677,11 @@ impl Router {
             return Ok(());
         }
         let (pod, issued) = (open.pod, open.issued);
+        // Never later than now: a longer time is a caller's error (see `Timings::at_most`).
+        let since_routed = now.millis_since(issued);
         let elapsed_ms = timings
             .first_token_ms
-            .unwrap_or_else(|| now.millis_since(issued));
+            .map_or(since_routed, |ms| ms.min(since_routed));
         let timings = Timings {
             first_token_ms: Some(elapsed_ms),
             ..timings

@@ -51,6 +51,19 @@ pub struct Timings {
     pub prompt_tokens: Option<u32>,
 }
 
+impl Timings {
+    /// The timings with `first_token_ms` and `total_ms` cut to `elapsed_ms`, the time the
+    /// router has seen pass since routing (a longer one is a caller's error, such as a
+    /// timestamp or microseconds passed as milliseconds).
+    pub(crate) fn at_most(self, elapsed_ms: u64) -> Self {
+        Timings {
+            first_token_ms: self.first_token_ms.map(|ms| ms.min(elapsed_ms)),
+            total_ms: self.total_ms.map(|ms| ms.min(elapsed_ms)),
+            ..self
+        }
+    }
+}
+
 /// A completion report: the outcome plus whatever timings are known.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Completion {
@@ -126,7 +139,7 @@ pub struct TicketStats {
     pub completed: [u64; 3],
     /// Tickets released by the TTL because no completion came.
     pub expired: u64,
-    /// Completions of tickets whose pod had been removed.
+    /// Tickets whose pod had been removed when they were completed or expired.
     pub orphaned: u64,
     /// Completions and first-token reports rejected (unknown, double or late tickets).
     pub rejected: u64,

@@ -151,8 +151,21 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                 if !open.is_empty() {
                     let t = open.remove(nth as usize % open.len());
                     let outcome = Outcome::ALL[outcome as usize];
-                    // May have expired meanwhile; either way nothing goes negative.
-                    let _ = r.complete(t, outcome.into(), Timestamp::from_millis(now));
+                    // May have expired meanwhile. Open, it completes and frees exactly its
+                    // slot (none if its pod was removed); closed, it is refused.
+                    let was_open = r.is_open(t);
+                    let in_flight = |r: &Router| r.pods().iter().map(|p| p.in_flight).sum::<u32>();
+                    let before = in_flight(&r);
+                    let first = r.complete(t, outcome.into(), Timestamp::from_millis(now));
+                    match (was_open, first) {
+                        (true, Ok(released)) => assert_eq!(
+                            in_flight(&r) + u32::from(!released.orphaned),
+                            before,
+                            "one slot freed"
+                        ),
+                        (false, Err(_)) => assert_eq!(in_flight(&r), before),
+                        (was_open, first) => panic!("open: {was_open}, completion: {first:?}"),
+                    }
                     assert!(
                         r.complete(t, outcome.into(), Timestamp::from_millis(now))
                             .is_err(),

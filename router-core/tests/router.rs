@@ -328,6 +328,42 @@ fn reconfigure_keeps_state_and_clears_the_index_only_when_hashing_changes() {
 }
 
 #[test]
+fn reconfigure_takes_new_priors_where_nothing_was_learned() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    // pods[0] learns a TPOT of 20 ms from one completion; nothing else is learned.
+    let d = r.route(RouteRequest::new(MODEL, &[]), t(0)).unwrap();
+    let learned = kvroute_core::Timings {
+        first_token_ms: Some(100),
+        total_ms: Some(100 + 127 * 20),
+        ..Default::default()
+    };
+    let done = kvroute_core::Completion {
+        outcome: Outcome::Success,
+        timings: kvroute_core::Timings {
+            output_tokens: Some(128),
+            ..learned
+        },
+    };
+    r.complete(d.ticket, done, t(3_000)).unwrap();
+    let tpot = |r: &Router, p| r.pod(p).unwrap().tpot_ms;
+    let (taught, other) = if d.pod == pods[0] {
+        (pods[0], pods[1])
+    } else {
+        (pods[1], pods[0])
+    };
+    let learned_tpot = tpot(&r, taught);
+    let mut next = ttft_config();
+    next.ttft.tpot_ms = 80.0;
+    next.ttft.prefill_tokens_per_s = 9_000.0;
+    next.ttft.bytes_per_token = 3.0;
+    r.reconfigure(next).unwrap();
+    assert_eq!(tpot(&r, taught), learned_tpot, "learned: kept");
+    assert_eq!(tpot(&r, other), 80.0, "never learned: the new prior");
+    assert_eq!(r.pod(other).unwrap().prefill_tokens_per_s, 9_000.0);
+    assert_eq!(r.stats().prompt_bytes_per_token, 3.0);
+}
+
+#[test]
 fn detach_stops_routing_a_model_to_the_pod() {
     let (mut r, pods) = router_with_pods(2, cfg());
     r.detach_pod(MODEL, pods[0]).unwrap();
@@ -369,6 +405,8 @@ fn a_removed_model_is_unknown_and_its_pods_and_tickets_carry_on() {
     assert_eq!(r.index().len(), 8, "only the other model's blocks are left");
     assert_eq!(r.pod(pods[0]).unwrap().models, vec!["other".into()]);
     assert!(r.pod(pods[1]).unwrap().models.is_empty());
+    assert!(r.model_pods(MODEL).is_empty());
+    assert_eq!(r.model_pods("other"), vec![pods[0]]);
     // The open ticket still releases its slot, once.
     assert_eq!(
         r.in_flight(open.pod),
@@ -713,6 +751,77 @@ fn engine_snapshots_show_load_from_other_routers_until_stale() {
     assert!(r
         .observe_engine(kvroute_core::PodId::from_u32(77), busy, t(0))
         .is_err());
+}
+
+#[test]
+fn a_snapshot_ages_from_its_scrape_time() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    let busy = kvroute_core::EngineSnapshot {
+        running: 8,
+        waiting: 4,
+        ..Default::default()
+    };
+    // Scraped at 1,000 and passed in after a call at 2,500: 1.5 s old already.
+    let d = r.route(RouteRequest::new(MODEL, &[]), t(2_500)).unwrap();
+    r.complete(d.ticket, Outcome::Success.into(), t(2_500))
+        .unwrap();
+    r.observe_engine(pods[0], busy, t(1_000)).unwrap();
+    let fresh = r.route(RouteRequest::new(MODEL, &[]), t(2_900)).unwrap();
+    assert_eq!(fresh.pod, pods[1], "{fresh}");
+    r.complete(fresh.ticket, Outcome::Success.into(), t(2_900))
+        .unwrap();
+    // Stale 2 s after the scrape, not 2 s after it was passed in.
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..20 {
+        let d = r
+            .route(RouteRequest::new(MODEL, &[]), t(3_001 + i))
+            .unwrap();
+        seen.insert(d.pod);
+        r.complete(d.ticket, Outcome::Success.into(), t(3_001 + i))
+            .unwrap();
+    }
+    assert_eq!(seen.len(), 2);
+}
+
+#[test]
+fn reported_times_longer_than_the_time_since_routing_are_cut_to_it() {
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let prompt = [b'x'; 28_000];
+    let h = r.hash_config().hashes(&prompt);
+    let first = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    // A first token reported as an epoch timestamp in ms, 100 ms after routing.
+    let epoch = kvroute_core::Timings {
+        first_token_ms: Some(1_764_000_000_000),
+        ..Default::default()
+    };
+    r.first_token(first.ticket, epoch, t(100)).unwrap();
+    // Its prefill is over by now, not 56 years from now: a request routed next waits for no
+    // prefill backlog (one slot of 8 is taken).
+    let next = r.route(RouteRequest::new(MODEL, &[]), t(200)).unwrap();
+    assert_eq!(next.pod, pods[0]);
+    assert_eq!(next.prediction.queue_ms, 0, "{next}");
+    r.check_invariants().unwrap();
+
+    // The same at a completion: a request on an idle pod whose first token and end are
+    // reported as timestamps teaches a prefill rate from the 1,000 ms that passed. (Taken
+    // as they are, its prefill would have lasted 56 years: the rate would drop to the third
+    // of the prior that one sample may cut it to.)
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let before = r.pod(pods[0]).unwrap().prefill_tokens_per_s;
+    let d = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    let done = kvroute_core::Timings {
+        first_token_ms: Some(1_764_000_000_000),
+        total_ms: Some(1_764_000_000_000),
+        output_tokens: Some(128),
+        ..Default::default()
+    };
+    let completion = kvroute_core::Completion {
+        outcome: Outcome::Success,
+        timings: done,
+    };
+    r.complete(d.ticket, completion, t(1_000)).unwrap();
+    let after = r.pod(pods[0]).unwrap().prefill_tokens_per_s;
+    assert!(after > before / 2.0, "{before} -> {after}");
 }
 
 /// A stream shows usage only at its end (without vLLM's continuous usage stats): a first token

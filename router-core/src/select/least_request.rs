@@ -2,26 +2,19 @@
 
 use super::Candidate;
 
-/// The index of a least-loaded candidate, uniform among ties. `cands` must not be empty.
+/// The index of a least-loaded candidate, uniform among ties (0 if `cands` is empty).
 pub(crate) fn least_loaded(cands: &[Candidate], rng: &mut fastrand::Rng) -> usize {
-    least_loaded_where(cands, rng, |_| true).unwrap_or(0)
-}
-
-/// The index of a least-loaded candidate among those `keep` accepts, uniform among ties.
-pub(crate) fn least_loaded_where(
-    cands: &[Candidate],
-    rng: &mut fastrand::Rng,
-    keep: impl Fn(&Candidate) -> bool,
-) -> Option<usize> {
-    let min = cands.iter().filter(|c| keep(c)).map(|c| c.load).min()?;
-    let ties = cands.iter().filter(|c| keep(c) && c.load == min).count();
+    let Some(min) = cands.iter().map(|c| c.load).min() else {
+        return 0;
+    };
+    let ties = cands.iter().filter(|c| c.load == min).count();
     let nth = rng.usize(..ties);
     cands
         .iter()
         .enumerate()
-        .filter(|(_, c)| keep(c) && c.load == min)
+        .filter(|(_, c)| c.load == min)
         .nth(nth)
-        .map(|(i, _)| i)
+        .map_or(0, |(i, _)| i)
 }
 
 #[cfg(test)]

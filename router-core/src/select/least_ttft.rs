@@ -7,7 +7,8 @@
 use super::Candidate;
 
 /// The index of the winner and of the lowest-cost other candidate (if any). `cands`, `cost_ms`
-/// and `reuse_blocks` are parallel and non-empty; `order` is scratch space.
+/// and `reuse_blocks` are parallel and non-empty; `order` is scratch space. Costs that are not
+/// numbers never win over numbers; if none is a number, every candidate ties.
 pub(crate) fn least_ttft(
     cands: &[Candidate],
     cost_ms: &[f64],
@@ -19,6 +20,10 @@ pub(crate) fn least_ttft(
     let best = cost_ms.iter().copied().fold(f64::INFINITY, f64::min);
     order.clear();
     order.extend((0..cands.len()).filter(|&i| cost_ms[i] <= best + tie_ms));
+    if order.is_empty() {
+        // No finite cost (a model gone wrong): every candidate ties.
+        order.extend(0..cands.len());
+    }
     let top_reuse = order.iter().map(|&i| reuse_blocks[i]).max().unwrap_or(0);
     order.retain(|&i| reuse_blocks[i] == top_reuse);
     let low_load = order.iter().map(|&i| cands[i].load).min().unwrap_or(0);
@@ -69,5 +74,17 @@ mod tests {
         }
         assert_eq!(seen[0] + seen[2], 0, "{seen:?}");
         assert!(seen[1] > 50 && seen[3] > 50, "{seen:?}");
+    }
+
+    #[test]
+    fn costs_that_are_not_numbers_do_not_panic() {
+        let cands = [c(0, 2), c(1, 1)];
+        let mut rng = fastrand::Rng::with_seed(3);
+        let nan = f64::NAN;
+        let pick = |costs: &[f64], rng: &mut fastrand::Rng| {
+            least_ttft(&cands, costs, &[0, 0], 1.0, rng, &mut Vec::new()).0
+        };
+        assert_eq!(pick(&[nan, 5.0], &mut rng), 1);
+        assert_eq!(pick(&[nan, nan], &mut rng), 1, "all tie: the lower load");
     }
 }

@@ -18,7 +18,9 @@ pub struct TtftConfig {
     pub prefill_tokens_per_s: f64,
     /// Prior time per output token per pod, ms. Default 50.
     pub tpot_ms: f64,
-    /// Prior fixed part of TTFT per pod (first decode step, network), ms. Default 50.
+    /// Prior fixed part of TTFT per pod (first decode step, network), ms, above 0 (like every
+    /// learned rate: a sample moves an estimate by at most a factor, so one at 0 would stay
+    /// there). Default 50.
     pub overhead_ms: f64,
     /// Prior expected output tokens per request. Default 128.
     pub output_tokens: f64,
@@ -78,7 +80,7 @@ impl TtftConfig {
         if !positive(self.tpot_ms) {
             return Some("ttft.tpot_ms");
         }
-        if !(self.overhead_ms.is_finite() && self.overhead_ms >= 0.0) {
+        if !positive(self.overhead_ms) {
             return Some("ttft.overhead_ms");
         }
         if !positive(self.output_tokens) {
@@ -97,5 +99,38 @@ impl TtftConfig {
             return Some("ttft.stall_weight");
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_invalid_field_is_named() {
+        assert_eq!(TtftConfig::default().invalid_field(), None);
+        type Break = fn(&mut TtftConfig);
+        let cases: [(Break, &str); 12] = [
+            (|c| c.bytes_per_token = 0.0, "ttft.bytes_per_token"),
+            (|c| c.engine_block_tokens = 0, "ttft.engine_block_tokens"),
+            (|c| c.max_seqs = 0, "ttft.max_seqs"),
+            (
+                |c| c.prefill_tokens_per_s = f64::NAN,
+                "ttft.prefill_tokens_per_s",
+            ),
+            (|c| c.tpot_ms = -1.0, "ttft.tpot_ms"),
+            (|c| c.overhead_ms = 0.0, "ttft.overhead_ms"),
+            (|c| c.output_tokens = f64::INFINITY, "ttft.output_tokens"),
+            (|c| c.learning_rate = 1.5, "ttft.learning_rate"),
+            (|c| c.max_sample_ratio = 0.5, "ttft.max_sample_ratio"),
+            (|c| c.tie_ms = -0.1, "ttft.tie_ms"),
+            (|c| c.stall_weight = f64::NAN, "ttft.stall_weight"),
+            (|c| c.learning_rate = 0.0, "ttft.learning_rate"),
+        ];
+        for (break_it, field) in cases {
+            let mut c = TtftConfig::default();
+            break_it(&mut c);
+            assert_eq!(c.invalid_field(), Some(field));
+        }
     }
 }

@@ -8,6 +8,8 @@ pub(crate) struct Ewma {
     value: f64,
     /// Samples taken with [`Ewma::learn_measured`].
     measured: u32,
+    /// Whether any sample has been taken (the value is no longer the prior).
+    learned: bool,
 }
 
 impl Ewma {
@@ -15,6 +17,14 @@ impl Ewma {
         Ewma {
             value: prior,
             measured: 0,
+            learned: false,
+        }
+    }
+
+    /// Replaces the prior, unless a sample has been learned.
+    pub(crate) fn set_prior(&mut self, prior: f64) {
+        if !self.learned {
+            self.value = prior;
         }
     }
 
@@ -52,6 +62,7 @@ impl Ewma {
         let r = cfg.max_sample_ratio;
         let s = sample.clamp(self.value / r, self.value * r);
         self.value += weight * (s - self.value);
+        self.learned = true;
     }
 }
 

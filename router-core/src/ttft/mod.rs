@@ -225,6 +225,13 @@ impl PodModel {
         }
     }
 
+    /// Takes the new priors of the rates nothing has been learned for yet.
+    pub(crate) fn set_priors(&mut self, cfg: &TtftConfig) {
+        self.prefill_tps.set_prior(cfg.prefill_tokens_per_s);
+        self.tpot_ms.set_prior(cfg.tpot_ms);
+        self.overhead_ms.set_prior(cfg.overhead_ms);
+    }
+
     /// The sequence slots the model assumes.
     pub(crate) fn capacity(&self) -> u32 {
         self.max_seqs.max(self.max_running_seen).max(1)
@@ -330,6 +337,13 @@ impl GlobalModel {
             output_tokens: Ewma::new(cfg.output_tokens),
             prompt_tokens: Reports::Unknown,
         }
+    }
+
+    /// Takes the new priors of the quantities nothing has been learned for yet.
+    pub(crate) fn set_priors(&mut self, cfg: &TtftConfig) {
+        self.bytes_per_token.set_prior(cfg.bytes_per_token);
+        self.prefill_tps.set_prior(cfg.prefill_tokens_per_s);
+        self.output_tokens.set_prior(cfg.output_tokens);
     }
 }
 
