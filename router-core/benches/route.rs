@@ -7,14 +7,20 @@
 //!   index pre-filled to its 200,000-block capacity.
 //! - `length/{route,xxh64_once}_kib/{1..512}`: the same for prompts from 1 KiB to 512 KiB (cost
 //!   must be linear), each beside its own hash-only baseline.
+//! - `loaded/{prefix-cache,least-ttft}/PODSxOPEN`: the same with `OPEN` requests open on each of
+//!   `PODS` pods (each iteration routes one and completes the oldest, so the load stays put):
+//!   least-ttft replays every candidate's open requests, prefix-cache (the baseline) does not.
 //!
 //! Run: `cargo bench -p kvroute-core --bench route`
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::collections::VecDeque;
+
 use kvroute_core::{
-    BlockHash, Completion, Outcome, PodSpec, RouteRequest, Router, RouterConfig, Timestamp,
+    BlockHash, Completion, Outcome, PodSpec, RouteRequest, Router, RouterConfig, Strategy,
+    StrategySpec, Ticket, Timestamp,
 };
 
 const SENTENCE: &str =
@@ -159,9 +165,61 @@ fn length_sweep(c: &mut Criterion) {
     g.finish();
 }
 
+/// Route one request with `strategy` and complete the oldest open one: the open count per pod
+/// stays where the set-up left it (on average: each strategy spreads the load its own way).
+fn route_loaded(
+    r: &mut Router,
+    strategy: &StrategySpec,
+    prompt: &[u8],
+    scratch: &mut Vec<BlockHash>,
+    open: &mut VecDeque<Ticket>,
+    now: u64,
+) {
+    r.hash_config().hash_into(prompt, scratch);
+    let req = RouteRequest::new("m", scratch).with_strategy(strategy);
+    let d = r.route(req, Timestamp::from_millis(now)).unwrap();
+    open.push_back(d.ticket);
+    let oldest = open.pop_front().unwrap();
+    r.complete(oldest, Outcome::Success.into(), Timestamp::from_millis(now))
+        .unwrap();
+    black_box(d);
+}
+
+fn loaded(c: &mut Criterion) {
+    let prompts = study_prompts(64, 300);
+    let mut g = c.benchmark_group("loaded");
+    for (pods, per_pod) in [(16usize, 8usize), (16, 64), (256, 8), (256, 64)] {
+        let mut r = filled_router(pods);
+        let mut scratch = Vec::new();
+        let mut open = VecDeque::new();
+        let (mut i, mut now) = (0usize, 10_000_000u64);
+        let spread = StrategySpec::single(Strategy::LeastRequest);
+        for _ in 0..pods * per_pod {
+            i += 1;
+            r.hash_config()
+                .hash_into(&prompts[i % prompts.len()], &mut scratch);
+            let req = RouteRequest::new("m", &scratch).with_strategy(&spread);
+            open.push_back(r.route(req, Timestamp::from_millis(now)).unwrap().ticket);
+        }
+        let id = format!("{pods}x{per_pod}");
+        for strategy in [Strategy::PrefixCache, Strategy::LeastTtft] {
+            let spec = StrategySpec::single(strategy);
+            g.bench_with_input(BenchmarkId::new(strategy.name(), &id), &id, |b, _| {
+                b.iter(|| {
+                    i += 1;
+                    now += 1;
+                    let p = &prompts[i % prompts.len()];
+                    route_loaded(&mut r, &spec, p, &mut scratch, &mut open, now)
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(30).warm_up_time(std::time::Duration::from_millis(500)).measurement_time(std::time::Duration::from_secs(3));
-    targets = study_shape, length_sweep
+    targets = study_shape, length_sweep, loaded
 }
 criterion_main!(benches);
