@@ -7,8 +7,10 @@ One Envoy process (--concurrency 1), the same two replicas, four listeners:
             replies, round-robin, no parsing or routing), response-headers phase SEND
   kv        Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SEND (default)
   kv-nohdr  Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SKIP
-The ext_proc listeners use the filter settings of envoy/envoy.template.yaml (BUFFERED request
-body, response trailers SEND, metadata routing). Requests are study-shaped: ~28 KB prompts
+Every listener is envoy/envoy.template.yaml's, rendered by `kvroute-ext-proc envoy-config`
+(BUFFERED request body, response trailers SEND, metadata routing, the round-robin fallback
+route) under its own name and ext_proc cluster; rr is the same listener without the ext_proc
+filter. Requests are study-shaped: ~28 KB prompts
 from 8 salted families, a new question number per request, non-streaming, max_tokens 1, the
 replicas at a large speed-up so that the engine time is small and constant.
 
@@ -32,6 +34,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
@@ -88,97 +91,45 @@ def cpu_ns(pid):
     return total
 
 
-def ext_proc_filter(cluster, response_headers, allow_mode_override=False):
-    return {
-        "name": "envoy.filters.http.ext_proc",
-        "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
-            "grpc_service": {"envoy_grpc": {"cluster_name": cluster}, "timeout": "5s"},
-            "failure_mode_allow": True,
-            "message_timeout": "0.5s",
-            "processing_mode": {
-                "request_header_mode": "SEND",
-                "response_header_mode": "SEND" if response_headers else "SKIP",
-                "request_body_mode": "BUFFERED",
-                "response_body_mode": "NONE",
-                "request_trailer_mode": "SKIP",
-                "response_trailer_mode": "SEND",
-            },
-            "allow_mode_override": allow_mode_override,
-            "metadata_options": {"receiving_namespaces": {"untyped": ["envoy.lb"]}},
-            "route_cache_action": "CLEAR",
-        },
-    }
+def render(kv_config, grpc_addr, response_headers):
+    """`kvroute-ext-proc envoy-config`: envoy/envoy.template.yaml for an ext_proc server at
+    grpc_addr (listener and admin on free ports), as text."""
+    cmd = [os.path.join(BIN, "kvroute-ext-proc"), "--config", kv_config, "--grpc-listen", grpc_addr,
+           "envoy-config", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
+    if not response_headers:
+        cmd.append("--no-response-headers")
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
-def listener(name, filters, routes):
-    return {
-        "name": name,
-        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
-        "per_connection_buffer_limit_bytes": 8388608,
-        "filter_chains": [{"filters": [{
-            "name": "envoy.filters.network.http_connection_manager",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                "stat_prefix": name,
-                "route_config": {"name": name, "virtual_hosts": [{"name": "all", "domains": ["*"], "routes": routes}]},
-                "http_filters": filters + [{
-                    "name": "envoy.filters.http.router",
-                    "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-                }],
-            },
-        }]}],
-    }
+def split_config(text):
+    """A rendered config's (head up to its listeners, its one listener, {cluster name: item}),
+    cut at the template's section lines; each cluster item starts with '  - name: NAME'."""
+    head, rest = text.split("\n  listeners:\n", 1)
+    listener, clusters = rest.split("\n  clusters:\n", 1)
+    items = re.split(r"(?m)^(?=  - name: )", clusters)
+    return head, listener, {i.split("\n", 1)[0].split(": ", 1)[1].strip(): i.rstrip("\n") for i in items if i.strip()}
 
 
-def ext_cluster(name, addr, breakers):
-    host, port = addr.rsplit(":", 1)
-    return {"name": name, "type": "STATIC", "connect_timeout": "0.25s",
-            "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-                "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-                "explicit_http_config": {"http2_protocol_options": {}}}},
-            "circuit_breakers": breakers,
-            "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [
-                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": int(port)}}}}]}]}}
-
-
-def envoy_config(ext_addr, floor_addr, pods, untimed_addr=None):
-    breakers = {"thresholds": [{"max_requests": 100000, "max_pending_requests": 100000, "max_connections": 100000}]}
-    rr_route = [{"match": {"prefix": "/"}, "route": {"cluster": "rr", "timeout": "0s"}}]
-    kv_routes = [
-        {"match": {"prefix": "/", "dynamic_metadata": [{"filter": "envoy.lb",
-                                                          "path": [{"key": "x-gateway-destination-endpoint"}],
-                                                          "value": {"present_match": True}}]},
-         "route": {"cluster": "pods", "timeout": "0s"}},
-        {"match": {"prefix": "/"}, "route": {"cluster": "rr", "timeout": "0s"}},
-    ]
-    endpoints = [{"endpoint": {"address": {"socket_address": {"address": a.rsplit(":", 1)[0],
-                                                              "port_value": int(a.rsplit(":", 1)[1])}}}}
-                 for a in pods]
-    return {
-        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
-        "static_resources": {
-            "listeners": [
-                listener("rr", [], rr_route),
-                listener("floor", [ext_proc_filter("floor", True)], kv_routes),
-                listener("kv", [ext_proc_filter("ext_proc", True, True)], kv_routes),
-                listener("kv-untimed", [ext_proc_filter("untimed", True, True)], kv_routes) if untimed_addr
-                else listener("kv-nohdr", [ext_proc_filter("ext_proc", False)], kv_routes),
-            ],
-            "clusters": [
-                ext_cluster("ext_proc", ext_addr, breakers),
-                ext_cluster("untimed", untimed_addr or ext_addr, breakers),
-                ext_cluster("floor", floor_addr, breakers),
-                {"name": "pods", "type": "ORIGINAL_DST", "lb_policy": "CLUSTER_PROVIDED", "connect_timeout": "6s",
-                 "original_dst_lb_config": {"metadata_key": {"key": "envoy.lb",
-                                                             "path": [{"key": "x-gateway-destination-endpoint"}]}},
-                 "circuit_breakers": breakers},
-                {"name": "rr", "type": "STATIC", "lb_policy": "ROUND_ROBIN", "connect_timeout": "6s",
-                 "circuit_breakers": breakers,
-                 "load_assignment": {"cluster_name": "rr", "endpoints": [{"lb_endpoints": endpoints}]}},
-            ],
-        },
-    }
+def envoy_config(kv_config, ext_addr, floor_addr, untimed_addr=None):
+    """One Envoy with the bench's listeners, each the shipped template's listener (rendered
+    by kvroute-ext-proc) under its own name and ext_proc cluster; rr is that listener without
+    the ext_proc filter (no metadata, so every request takes the template's round-robin
+    fallback route)."""
+    last = ("kv-untimed", untimed_addr, True) if untimed_addr else ("kv-nohdr", ext_addr, False)
+    listeners, clusters, head = [], [], None
+    for name, addr, headers in [("kv", ext_addr, True), ("floor", floor_addr, True), last]:
+        h, listener, items = split_config(render(kv_config, addr, headers))
+        if head is None:
+            head = h
+            clusters += [items["kvroute_pods"], items["kvroute_fallback"]]
+            no_filter = re.sub(r"(?ms)^          - name: envoy\.filters\.http\.ext_proc\n.*?(?=^          - name: )",
+                               "", listener, count=1)
+            assert "ext_proc" not in no_filter.split("http_filters:", 1)[1], "rr still has the ext_proc filter"
+            listeners.append(no_filter.replace("kvroute_gateway", "rr"))
+        cluster = f"ext_{name}"
+        listeners.append(listener.replace("kvroute_gateway", name).replace("kvroute_ext_proc", cluster))
+        clusters.append(items["kvroute_ext_proc"].replace("kvroute_ext_proc", cluster))
+    return head + "\n  listeners:\n" + "\n".join(listeners) + "\n  clusters:\n" + "\n".join(clusters) + "\n"
 
 
 def study_bodies(n, repeats=300, seed=7, stream_tokens=0):
@@ -298,10 +249,9 @@ def main():
             untimed_fields = dict(w.split("=", 1) for w in uline.split() if "=" in w)
         floor, fline = start([floor_bin] + [a for _, a, _ in sims], f"{work}/floor.log", "floor listening")
         floor_addr = fline.split("grpc=", 1)[1]
-        ecfg = f"{work}/envoy.json"
+        ecfg = f"{work}/envoy.yaml"
         with open(ecfg, "w") as f:
-            json.dump(envoy_config(fields["grpc"], floor_addr, [a for _, a, _ in sims],
-                                   untimed_fields and untimed_fields["grpc"]), f)
+            f.write(envoy_config(cfg, fields["grpc"], floor_addr, untimed_fields and untimed_fields["grpc"]))
         envoy, _ = start([ENVOY, "-c", ecfg, "--admin-address-path", f"{work}/admin", "--concurrency", "1",
                           "--base-id", str(9000 + os.getpid() % 1000), "-l", "warning"], f"{work}/envoy.log")
         for _ in range(300):

@@ -120,7 +120,8 @@ pub struct RoutingSection {
     pub default_strategy: Option<String>,
     /// Seed of the router's PRNG; random per process when absent.
     pub seed: Option<u64>,
-    /// Model whose pods serve requests without a body (GET); default: the first model.
+    /// Model whose pods serve requests without a body (GET); default: the alphabetically first
+    /// configured model (not the first in the file).
     pub default_model: Option<String>,
     /// Ticket safety-net lifetime in seconds (default 1800).
     pub ticket_ttl_secs: Option<u64>,
@@ -452,6 +453,14 @@ pub fn build(
             .max_streams
             .unwrap_or(DEFAULT_MAX_TIMED_STREAMS),
     })
+}
+
+/// The configuration of TOML `text` with no environment, no flags and process seed 0
+/// (panics if it is invalid): for tests.
+#[cfg(test)]
+pub(crate) fn from_toml(text: &str) -> Config {
+    let file = parse_toml(text, Path::new("test.toml")).unwrap();
+    build(file, &EnvSnapshot::default(), &Overrides::default(), 0).unwrap()
 }
 
 fn parse_addr(s: &str) -> SocketAddr {

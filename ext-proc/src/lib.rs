@@ -85,8 +85,21 @@ async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
     Ok((l, local))
 }
 
+/// The largest ext_proc message kvroute decodes, for a `max_body_bytes` limit. Envoy buffers
+/// up to 2 × `max_body_bytes` (envoy/envoy.template.yaml) and sends the body in one message:
+/// decoding at least that lets kvroute answer oversized bodies with its 413 instead of failing
+/// the stream. Set at start-up from the start-up limit; a reload cannot change it
+/// ([`reload::restart_only_changes`]).
+pub fn grpc_decode_limit(max_body_bytes: usize) -> usize {
+    max_body_bytes
+        .saturating_mul(2)
+        .max(16 << 20)
+        .saturating_add(64 << 10)
+}
+
 /// Serves until `shutdown` completes, then stops accepting, reports NOT_SERVING (gRPC health
-/// and `/readyz`), and lets open ext_proc streams finish within `config.shutdown_grace`.
+/// and `/readyz`), and lets open ext_proc streams finish within `config.shutdown_grace` (the
+/// start-up value: a reload does not change it).
 ///
 /// Once listening, prints one stdout line `kvroute-ext-proc listening grpc=ADDR admin=ADDR`
 /// (useful with port 0).
@@ -123,16 +136,8 @@ pub async fn run(
         stop_rx.clone(),
     ));
 
-    // Envoy buffers up to 2 × max_body_bytes (envoy/envoy.template.yaml) and sends the body
-    // in one message: decode at least that, so kvroute answers oversized bodies with its 413
-    // instead of failing the stream. Fixed at start-up (a reload does not change it).
-    let decode_limit = config
-        .max_body_bytes
-        .saturating_mul(2)
-        .max(16 << 20)
-        .saturating_add(64 << 10);
     let ext_proc = ExternalProcessorServer::new(ExtProc::new(shared.clone()))
-        .max_decoding_message_size(decode_limit);
+        .max_decoding_message_size(grpc_decode_limit(config.max_body_bytes));
     let incoming = TcpListenerStream::new(grpc).map(|r| {
         r.inspect(|s| {
             let _ = s.set_nodelay(true);
@@ -186,6 +191,7 @@ pub async fn run(
         }
     };
     let _ = stop_tx.send(true);
-    tracing::info!("kvroute-ext-proc stopped");
+    let open_tickets = shared.router.lock().open_tickets();
+    tracing::info!(open_tickets, "kvroute-ext-proc stopped");
     result
 }

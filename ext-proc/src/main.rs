@@ -1,5 +1,6 @@
 //! `kvroute-ext-proc`: flags → configuration → logging → runtime → [`kvroute_ext_proc::run`].
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -30,9 +31,19 @@ fn main() -> ExitCode {
         print!("{}", envoy_config::render(&config, &opts));
         return ExitCode::SUCCESS;
     }
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log).unwrap_or_else(|_| "info".into());
+    let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "kvroute-ext-proc: invalid --log / KVROUTE_LOG filter {:?}: {e}",
+                cli.log
+            );
+            return ExitCode::from(2);
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .init();
 

@@ -84,7 +84,7 @@ impl Metrics {
         );
         registry.register(
             "kvroute_ext_proc_stream_ends",
-            "ext_proc streams ended, by how (eos = clean END_STREAM, reset = RST from Envoy, error = kvroute failed it, send_failed = Envoy stopped reading)",
+            "ext_proc streams ended, by how (closed = ended by Envoy or the connection: END_STREAM, RST_STREAM or a lost connection, the normal end of every request; error = kvroute failed it with a non-OK status)",
             m.stream_ends.clone(),
         );
         registry.register(
@@ -137,7 +137,7 @@ impl Metrics {
         self.streams_open.inc();
     }
 
-    /// An ext_proc stream ended (`how`: eos, reset, error, send_failed).
+    /// An ext_proc stream ended (`how`: closed, error; see [`crate::service`]).
     pub fn stream_ended(&self, how: &'static str) {
         self.streams_open.dec();
         self.stream_ends

@@ -31,12 +31,42 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// Loads and applies the configuration once. Returns the new config, or logs why not.
-pub fn reload_once(source: &ConfigSource, shared: &Shared, current: &Config) -> Option<Config> {
+/// The settings in `new` that differ from the start-up configuration `startup` but take
+/// effect only after a restart: the listen addresses, the shutdown grace period, and a
+/// `max_body_bytes` whose bodies the gRPC decode limit set at start-up
+/// ([`crate::grpc_decode_limit`]) no longer covers (a body Envoy buffers that is larger than
+/// that limit fails the side stream, and the request takes the fallback route, instead of
+/// getting kvroute's 413). Every other setting applies on reload.
+pub fn restart_only_changes(startup: &Config, new: &Config) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    if new.grpc_listen != startup.grpc_listen {
+        changed.push("listen.grpc");
+    }
+    if new.admin_listen != startup.admin_listen {
+        changed.push("listen.admin");
+    }
+    if new.shutdown_grace != startup.shutdown_grace {
+        changed.push("limits.shutdown_grace_secs");
+    }
+    if crate::grpc_decode_limit(new.max_body_bytes)
+        > crate::grpc_decode_limit(startup.max_body_bytes)
+    {
+        changed.push(
+            "limits.max_body_bytes (above what the gRPC decode limit set at start-up covers)",
+        );
+    }
+    changed
+}
+
+/// Loads and applies the configuration once; `startup` is the configuration the process
+/// started with (for [`restart_only_changes`]). Returns the new config, or logs why not.
+pub fn reload_once(source: &ConfigSource, shared: &Shared, startup: &Config) -> Option<Config> {
     let result = source.load().map_err(|e| e.to_string()).and_then(|new| {
-        if new.grpc_listen != current.grpc_listen || new.admin_listen != current.admin_listen {
+        let changed = restart_only_changes(startup, &new);
+        if !changed.is_empty() {
             tracing::warn!(
-                "listen addresses changed in the file; they take effect only after a restart"
+                settings = changed.join(", "),
+                "settings changed that take effect only after a restart; until then the start-up values stay"
             );
         }
         shared.apply(&new).map(|()| new).map_err(|e| e.to_string())
@@ -56,11 +86,12 @@ pub fn reload_once(source: &ConfigSource, shared: &Shared, current: &Config) -> 
     }
 }
 
-/// Watches for SIGHUP and file changes until `stop` changes.
+/// Watches for SIGHUP and file changes until `stop` changes; `startup` is the configuration
+/// the process started with.
 pub async fn run(
     source: ConfigSource,
     shared: Arc<Shared>,
-    mut current: Config,
+    startup: Config,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut hup = match signal(SignalKind::hangup()) {
@@ -88,8 +119,27 @@ pub async fn run(
             tracing::info!("configuration file changed, reloading");
         }
         seen = now;
-        if let Some(new) = reload_once(&source, &shared, &current) {
-            current = new;
-        }
+        reload_once(&source, &shared, &startup);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::from_toml as config;
+
+    #[test]
+    fn restart_only_settings_are_named_when_a_reload_changes_them() {
+        let startup = config("[limits]\nmax_body_bytes = 4194304\nshutdown_grace_secs = 30");
+        let same = config("[routing]\ndefault_strategy = \"random\"\n[limits]\nmax_body_bytes = 1024\nshutdown_grace_secs = 30");
+        assert!(restart_only_changes(&startup, &same).is_empty());
+        // 8 MiB bodies: 16 MiB buffered, within the start-up decode limit.
+        let covered = config("[limits]\nmax_body_bytes = 8388608\nshutdown_grace_secs = 30");
+        assert!(restart_only_changes(&startup, &covered).is_empty());
+        let changed = config("[listen]\ngrpc = \"127.0.0.1:1\"\nadmin = \"127.0.0.1:2\"\n[limits]\nmax_body_bytes = 16777216\nshutdown_grace_secs = 5");
+        let names = restart_only_changes(&startup, &changed);
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert!(names[..3] == ["listen.grpc", "listen.admin", "limits.shutdown_grace_secs"]);
+        assert!(names[3].starts_with("limits.max_body_bytes"));
     }
 }

@@ -3,7 +3,9 @@
 //! OpenAI-style JSON and AIBrix's marker headers (spec §1.6).
 //!
 //! Every header value goes in `raw_value`: Envoy 1.40 sets a header to the empty string when
-//! the value is in `value` (envoy-extproc.md gotcha 2).
+//! the value is in `value` (envoy-extproc.md gotcha 2). Text a client sent (the model name,
+//! the request id) goes through [`echoed_value`] first: Envoy rejects a whole header mutation
+//! with one invalid value (CR, LF, NUL), so a raw one would cost the reply its other headers.
 
 use envoy_types::pb::envoy::config::core::v3::{
     header_value_option::HeaderAppendAction, HeaderValue, HeaderValueOption,
@@ -33,6 +35,36 @@ pub fn header(key: &str, value: impl Into<Vec<u8>>) -> HeaderValueOption {
         append_action: HeaderAppendAction::OverwriteIfExistsOrAdd as i32,
         ..Default::default()
     }
+}
+
+/// Longest header value kvroute makes of text a client sent ([`echoed_value`]), in bytes.
+pub const MAX_ECHOED_VALUE_BYTES: usize = 256;
+
+/// `text` (sent by a client: a model name, a request id) as a header value that Envoy accepts
+/// and that stays small: every byte outside visible ASCII (`!` to `~`) and `%` itself is
+/// percent-encoded (`a b\r\n` → `a%20b%0D%0A`; UTF-8 byte by byte), and a result longer than
+/// [`MAX_ECHOED_VALUE_BYTES`] is cut (between escapes) and ends in `...` at that length.
+pub fn echoed_value(text: &str) -> Vec<u8> {
+    const MORE: &[u8] = b"...";
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = Vec::with_capacity(text.len().min(MAX_ECHOED_VALUE_BYTES));
+    let mut cut = 0;
+    for &b in text.as_bytes() {
+        if out.len() + MORE.len() <= MAX_ECHOED_VALUE_BYTES {
+            cut = out.len();
+        }
+        if b.is_ascii_graphic() && b != b'%' {
+            out.push(b);
+        } else {
+            out.extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+        if out.len() > MAX_ECHOED_VALUE_BYTES {
+            out.truncate(cut);
+            out.extend_from_slice(MORE);
+            break;
+        }
+    }
+    out
 }
 
 fn mutation(headers: Vec<HeaderValueOption>) -> Option<HeaderMutation> {
@@ -182,7 +214,8 @@ pub fn stream_body_mode() -> ProcessingMode {
 /// A request kvroute answers itself, with AIBrix's status, marker header and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reject {
-    /// 400: model absent, empty or not served (`x-error-no-model-backends: <model>`).
+    /// 400: model absent, empty or not served (`x-error-no-model-backends: <model>`, the
+    /// name made header-safe by [`echoed_value`]).
     UnknownModel(String),
     /// 503: the model has no ready pod (`x-error-no-model-backends: true`).
     NoReadyPod(String),
@@ -232,7 +265,7 @@ impl Reject {
         Option<&'static str>,
         Option<&'static str>,
         &'static str,
-        String,
+        Vec<u8>,
     ) {
         const BODY: &str = "x-error-request-body-processing";
         match self {
@@ -241,42 +274,42 @@ impl Reject {
                 Some("model_not_found"),
                 Some("model"),
                 "x-error-no-model-backends",
-                m.clone(),
+                echoed_value(m),
             ),
             Reject::NoReadyPod(m) => (
                 format!("error on getting pods for model {m}"),
                 Some("service_unavailable"),
                 None,
                 "x-error-no-model-backends",
-                "true".into(),
+                b"true".to_vec(),
             ),
             Reject::BadStrategy(s) => (
                 format!("incorrect routing strategy {s}"),
                 None,
                 None,
                 "x-error-routing",
-                "true".into(),
+                b"true".to_vec(),
             ),
             Reject::BadBody(_) => (
                 "error processing request body".into(),
                 None,
                 None,
                 BODY,
-                "true".into(),
+                b"true".to_vec(),
             ),
             Reject::NoMessages => (
                 "no messages in the request body".into(),
                 None,
                 Some("messages"),
                 BODY,
-                "true".into(),
+                b"true".to_vec(),
             ),
             Reject::TooLarge { limit } => (
                 format!("request body exceeds the limit of {limit} bytes"),
                 Some("request_too_large"),
                 None,
                 BODY,
-                "true".into(),
+                b"true".to_vec(),
             ),
         }
     }
@@ -293,16 +326,16 @@ impl Reject {
         v.to_string().into_bytes()
     }
 
-    /// The `ImmediateResponse` (with `request-id` when known).
+    /// The `ImmediateResponse`: `request-id` (when known) first, `content-type`, the marker
+    /// header.
     pub fn to_response(&self, request_id: Option<&str>) -> ProcessingResponse {
         let (_, _, _, marker, marker_value) = self.parts();
-        let mut headers = vec![
-            header("content-type", "application/json"),
-            header(marker, marker_value),
-        ];
+        let mut headers = Vec::with_capacity(3);
         if let Some(id) = request_id {
-            headers.push(header("request-id", id));
+            headers.push(header("request-id", echoed_value(id)));
         }
+        headers.push(header("content-type", "application/json"));
+        headers.push(header(marker, marker_value));
         let immediate = ImmediateResponse {
             status: Some(HttpStatus {
                 code: i32::from(self.status()),
@@ -381,10 +414,54 @@ mod tests {
         assert_eq!(
             keys,
             [
+                "request-id",
                 "content-type",
-                "x-error-request-body-processing",
-                "request-id"
+                "x-error-request-body-processing"
             ]
         );
+    }
+
+    #[test]
+    fn client_text_becomes_a_short_visible_ascii_header_value() {
+        assert_eq!(echoed_value("llama-3.1-8b"), b"llama-3.1-8b");
+        assert_eq!(echoed_value("a b%\r\n\0é"), b"a%20b%25%0D%0A%00%C3%A9");
+        let long = echoed_value(&"\n".repeat(1 << 20));
+        assert_eq!(
+            long.len(),
+            MAX_ECHOED_VALUE_BYTES - 1,
+            "cut between escapes"
+        );
+        assert!(long.ends_with(b"%0A..."));
+        let exact = "m".repeat(MAX_ECHOED_VALUE_BYTES);
+        assert_eq!(echoed_value(&exact), exact.as_bytes(), "fits: not cut");
+        let over = echoed_value(&format!("{exact}x"));
+        assert_eq!(over.len(), MAX_ECHOED_VALUE_BYTES);
+        assert!(over.ends_with(b"m..."));
+
+        let model = format!("evil\r\nx-injected: 1\0{}", "m".repeat(3 << 20));
+        let Some(Response::ImmediateResponse(i)) = Reject::UnknownModel(model)
+            .to_response(Some("id\u{7f}"))
+            .response
+        else {
+            panic!("not immediate")
+        };
+        let headers: Vec<_> = i
+            .headers
+            .unwrap()
+            .set_headers
+            .into_iter()
+            .map(|h| h.header.unwrap())
+            .collect();
+        assert_eq!(headers[0].key, "request-id");
+        assert_eq!(headers[0].raw_value, b"id%7F");
+        let marker = &headers[2];
+        assert_eq!(marker.key, "x-error-no-model-backends");
+        assert!(marker.raw_value.len() <= MAX_ECHOED_VALUE_BYTES);
+        assert!(marker
+            .raw_value
+            .starts_with(b"evil%0D%0Ax-injected:%201%00mmm"));
+        assert!(headers
+            .iter()
+            .all(|h| h.raw_value.iter().all(u8::is_ascii_graphic)));
     }
 }

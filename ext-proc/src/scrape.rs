@@ -59,12 +59,12 @@ pub enum ScrapeError {
 /// The latest good snapshot per pod name (for the metrics export).
 pub type EngineTable = Arc<Mutex<BTreeMap<String, EngineSnapshot>>>;
 
-/// Sums of the five vLLM metrics, before conversion.
+/// The vLLM series read (gauges, counters, histogram sums and counts), each summed over its
+/// label sets, before conversion.
 #[derive(Default)]
 struct Sums {
     running: Option<f64>,
     waiting: Option<f64>,
-    kv_usage: Option<f64>,
     queries: Option<f64>,
     hits: Option<f64>,
     prefill_sum: Option<f64>,
@@ -111,16 +111,18 @@ fn sample(line: &str) -> Option<(&str, f64)> {
     value.is_finite().then_some((name, value))
 }
 
-/// Parses vLLM's Prometheus text into a snapshot. Each metric is summed over its label sets
-/// (several models or engines behind one address). The timing histograms
-/// `vllm:request_prefill_time_seconds` and `vllm:inter_token_latency_seconds` (or the older
-/// `vllm:time_per_output_token_seconds`) are read as their `_sum` and `_count` series, from
-/// which the core learns the pod's prefill rate and TPOT; counters are accepted with or without
-/// the `_total` suffix (`_created` series are ignored); `vllm:gpu_cache_usage_perc` (older
-/// vLLM) stands in for `vllm:kv_cache_usage_perc`. Missing metrics stay `None` (running and
+/// Parses vLLM's Prometheus text into a snapshot: `vllm:num_requests_running`,
+/// `vllm:num_requests_waiting`, `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits`, and
+/// the timing histograms `vllm:request_prefill_time_seconds` and
+/// `vllm:inter_token_latency_seconds` (or the older `vllm:time_per_output_token_seconds`),
+/// read as their `_sum` and `_count` series, from which the core learns the pod's prefill rate
+/// and TPOT. Each is a count or a cumulative total, summed over its label sets (several models
+/// or engines behind one address); counters are accepted with or without the `_total` suffix
+/// (`_created` series are ignored). The KV-cache usage ratio (`vllm:kv_cache_usage_perc`) is
+/// not read: nothing uses it, and a ratio cannot be summed over engines
+/// ([`EngineSnapshot::kv_usage`] stays `None`). Missing metrics stay `None` (running and
 /// waiting: 0), but a text with neither running nor waiting is not an engine's:
-/// [`ScrapeError::NoEngineMetrics`]. Negative values count as 0; the KV usage is clamped to
-/// [0, 1].
+/// [`ScrapeError::NoEngineMetrics`]. Negative values count as 0.
 pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
     let mut s = Sums::default();
     for (name, v) in text.lines().filter_map(sample) {
@@ -131,7 +133,6 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
         match short {
             "num_requests_running" => add(&mut s.running, v),
             "num_requests_waiting" => add(&mut s.waiting, v),
-            "kv_cache_usage_perc" | "gpu_cache_usage_perc" => add(&mut s.kv_usage, v),
             "prefix_cache_queries" => add(&mut s.queries, v),
             "prefix_cache_hits" => add(&mut s.hits, v),
             "request_prefill_time_seconds_sum" => add(&mut s.prefill_sum, v),
@@ -158,7 +159,7 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
     Ok(EngineSnapshot {
         running: count(s.running),
         waiting: count(s.waiting),
-        kv_usage: s.kv_usage.map(|v| v.clamp(0.0, 1.0)),
+        kv_usage: None,
         prefix_queries: total(s.queries),
         prefix_hits: total(s.hits),
         prefill_seconds: seconds(s.prefill_sum),
@@ -291,7 +292,8 @@ vllm:num_requests_running{engine="0",model_name="m"} 3.0
 vllm:num_requests_running{engine="1",model_name="m"} 2.0
 # TYPE vllm:num_requests_waiting gauge
 vllm:num_requests_waiting{model_name="m, \"quoted\" }"} 4 1700000000000
-vllm:kv_cache_usage_perc{model_name="m"} 0.25
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.5
 # TYPE vllm:prefix_cache_queries counter
 vllm:prefix_cache_queries_total{model_name="m"} 1.5e3
 vllm:prefix_cache_queries_created{model_name="m"} 1.7e9
@@ -317,7 +319,7 @@ python_gc_objects_collected_total{generation="0"} 77
             EngineSnapshot {
                 running: 5,
                 waiting: 4,
-                kv_usage: Some(0.25),
+                kv_usage: None,
                 prefix_queries: Some(1500),
                 prefix_hits: Some(600),
                 prefill_seconds: Some(12.5),
@@ -330,8 +332,8 @@ python_gc_objects_collected_total{generation="0"} 77
 
     #[test]
     fn missing_and_odd_values_are_tolerated() {
-        let s = parse("vllm:num_requests_waiting 2\nvllm:gpu_cache_usage_perc 7\n").unwrap();
-        assert_eq!((s.running, s.waiting, s.kv_usage), (0, 2, Some(1.0)));
+        let s = parse("vllm:num_requests_waiting 2\nvllm:gpu_cache_usage_perc 0.5\n").unwrap();
+        assert_eq!((s.running, s.waiting, s.kv_usage), (0, 2, None));
         assert_eq!((s.prefix_queries, s.prefix_hits), (None, None));
         let s = parse("vllm:num_requests_running -3\nvllm:num_requests_waiting NaN\nvllm:num_requests_waiting{a=\"x\"} 1e12\ngarbage line\n{}\nvllm:num_requests_running{unclosed=\"} 4\n").unwrap();
         assert_eq!((s.running, s.waiting), (0, u32::MAX));

@@ -3,9 +3,12 @@
 //! [`StreamState`].
 //!
 //! The reply stream ends when Envoy ends the side stream (clean END_STREAM, or the RST it
-//! sends at the end of every request, which tonic reports as an `Internal` error: both are
-//! normal ends); it is dropped then, or earlier if the connection goes away. Dropping it drops
-//! the state and so releases the request's ticket.
+//! sends at the end of every request: both are normal ends); it is dropped then, or earlier if
+//! the connection goes away. Dropping it drops the state and so releases the request's ticket.
+//! Which of these ended a stream cannot be told reliably: after Envoy's RST, tonic usually
+//! drops the reply stream without polling it again, so kvroute sees neither END_STREAM nor an
+//! error. `kvroute_ext_proc_stream_ends_total` therefore counts `how="closed"` (any end
+//! Envoy or the connection caused) and `how="error"` (kvroute failed the stream itself).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -46,7 +49,8 @@ impl ExternalProcessor for ExtProc {
         let driver = Driver {
             inbound: request.into_inner(),
             state: StreamState::new(shared),
-            ended: None,
+            done: false,
+            failed: false,
         };
         let replies = futures_util::stream::unfold(driver, |mut d| async move {
             d.next_reply().await.map(|r| (r, d))
@@ -61,12 +65,15 @@ impl ExternalProcessor for ExtProc {
 struct Driver {
     inbound: Streaming<ProcessingRequest>,
     state: StreamState,
-    ended: Option<&'static str>,
+    /// The inbound stream is over (no more replies).
+    done: bool,
+    /// kvroute failed the stream with a non-OK status.
+    failed: bool,
 }
 
 impl Driver {
     async fn next_reply(&mut self) -> Option<Result<ProcessingResponse, Status>> {
-        if self.ended.is_some() {
+        if self.done {
             return None;
         }
         loop {
@@ -77,7 +84,7 @@ impl Driver {
                     }
                 }
                 Ok(None) => {
-                    self.ended = Some("eos");
+                    self.done = true;
                     return None;
                 }
                 Err(status) => {
@@ -87,13 +94,14 @@ impl Driver {
                         status.code(),
                         tonic::Code::Internal | tonic::Code::Cancelled | tonic::Code::Unknown
                     ) {
-                        self.ended = Some("reset");
+                        self.done = true;
                         return None;
                     }
                     // E.g. a body over the gRPC decode limit. Fail the stream with a non-OK
                     // status: ending it with OK would let the request continue un-routed.
                     tracing::warn!(code = ?status.code(), message = status.message(), "ext_proc stream error");
-                    self.ended = Some("error");
+                    self.done = true;
+                    self.failed = true;
                     return Some(Err(Status::internal("kvroute: ext_proc stream failed")));
                 }
             }
@@ -104,9 +112,7 @@ impl Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         // The state (and its ticket guard) is dropped right after this.
-        self.state
-            .shared()
-            .metrics
-            .stream_ended(self.ended.unwrap_or("dropped"));
+        let how = if self.failed { "error" } else { "closed" };
+        self.state.shared().metrics.stream_ended(how);
     }
 }

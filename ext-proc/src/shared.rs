@@ -24,7 +24,8 @@ pub struct RequestSettings {
     pub max_body_bytes: usize,
     /// Default strategy as written (echoed in `routing-strategy`).
     pub default_strategy_text: String,
-    /// Model for requests without a body.
+    /// Model for requests without a body: `[routing] default_model`, else the alphabetically
+    /// first configured model (the models are a sorted map, not in file order).
     pub default_model: Option<String>,
     /// Time between two engine metrics scrapes; `None` = off.
     pub scrape_interval: Option<std::time::Duration>,
@@ -80,6 +81,8 @@ pub struct Shared {
     pub stream_budget: Arc<StreamBudget>,
     start: tokio::time::Instant,
     settings: RwLock<Arc<RequestSettings>>,
+    /// The models [`Shared::apply`] has added to the router and not removed since.
+    models: Mutex<BTreeSet<String>>,
     ready: AtomicBool,
 }
 
@@ -96,6 +99,7 @@ impl Shared {
             stream_budget: Arc::default(),
             start: tokio::time::Instant::now(),
             settings: RwLock::new(Arc::new(RequestSettings::from_config(config))),
+            models: Mutex::default(),
             ready: AtomicBool::new(false),
         };
         shared.apply(config)?;
@@ -127,16 +131,19 @@ impl Shared {
     /// state: router parameters via `reconfigure`; pods added, updated, detached from models
     /// they no longer serve, or removed (their open tickets become orphans the core accepts);
     /// every pod's engine capacity set (its `max_seqs`, else `[ttft] max_seqs`); every
-    /// configured model registered, so one without pods answers 503 rather than 400.
-    /// On a router error nothing of the request settings changes; pod changes applied before
-    /// the error stay (they were individually valid).
+    /// configured model registered, so one without pods answers 503 rather than 400; models
+    /// no longer configured removed, so they answer 400 (`model_not_found`) again.
+    /// On a router error nothing of the request settings changes; pod and model changes
+    /// applied before the error stay (they were individually valid).
     pub fn apply(&self, config: &Config) -> Result<(), ApplyError> {
         let mut router = self.router.lock();
+        let mut models = self.models.lock();
         router.reconfigure(config.router.clone())?;
         let mut wanted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for (model, pods) in &config.models {
             // A configured model without pods answers 503 (no ready pod), not 400.
             router.add_model(model)?;
+            models.insert(model.clone());
             for pod in pods {
                 let id = router.add_pod(
                     model,
@@ -166,7 +173,16 @@ impl Shared {
                 }
             }
         }
-        drop(router);
+        let gone: Vec<String> = models
+            .iter()
+            .filter(|m| !config.models.contains_key(*m))
+            .cloned()
+            .collect();
+        for model in gone {
+            router.remove_model(&model)?;
+            models.remove(&model);
+        }
+        drop((router, models));
         *self.settings.write() = Arc::new(RequestSettings::from_config(config));
         Ok(())
     }

@@ -7,8 +7,11 @@
 //! 1. `request_headers`: read `:path`, `x-request-id`, `routing-strategy`, `content-length`.
 //!    Reject a bad strategy (400) or an announced body over the limit (413). Without a body
 //!    (`end_of_stream`), route now; otherwise CONTINUE.
-//! 2. `request_body` (the whole body, `end_of_stream`): extract model and prompt, hash
-//!    outside the lock, route, reply with the destination (headers + `envoy.lb` metadata).
+//! 2. `request_body` (BUFFERED: the whole body in one message): extract model and prompt,
+//!    hash outside the lock, route, reply with the destination (headers + `envoy.lb`
+//!    metadata). The message's `end_of_stream` is false when request trailers follow (an
+//!    HTTP/2 or gRPC client); with `request_trailer_mode: SKIP` nothing more comes, so the
+//!    body is routed whatever `end_of_stream` says.
 //! 3. `response_headers`: add `target-pod`, `target-pod-ip`, `routing-strategy`,
 //!    `request-id`, `x-kvroute-decision`; note the status for the ticket outcome. A 2xx
 //!    event stream is timed when the [`crate::stream_timing`] budget allows: the reply asks
@@ -20,13 +23,14 @@
 
 use std::sync::Arc;
 
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
 use kvroute_core::{Decision, RouteError, RouteRequest, StrategySpec};
 
 use crate::extract::{extract, reject, Endpoint};
-use crate::respond::{self, header, Reject, RouteTo};
+use crate::respond::{self, echoed_value, header, Reject, RouteTo};
 use crate::shared::Shared;
 use crate::stream_timing::{self, is_event_stream, ResponseTiming};
 use crate::ticket_guard::TicketGuard;
@@ -92,6 +96,10 @@ pub struct StreamState {
     info: RequestInfo,
     strategy: Option<StrategySpec>,
     body: Vec<u8>,
+    /// Whether Envoy sends the request body in chunks (`request_body_mode` STREAMED or
+    /// another non-BUFFERED mode, as its first message's `protocol_config` says) rather than
+    /// whole in one message (BUFFERED, the shipped mode; assumed when Envoy does not say).
+    body_in_chunks: bool,
     routed: Option<Routed>,
     rejected: bool,
 }
@@ -104,6 +112,7 @@ impl StreamState {
             info: RequestInfo::default(),
             strategy: None,
             body: Vec::new(),
+            body_in_chunks: false,
             routed: None,
             rejected: false,
         }
@@ -114,16 +123,15 @@ impl StreamState {
         &self.shared
     }
 
-    /// Whether a ticket is held.
-    pub fn is_routed(&self) -> bool {
-        self.routed.is_some()
-    }
-
     /// Handles one message; `None` means no reply is due (after a rejection Envoy sends
     /// nothing more, and unknown message kinds need none).
     pub fn on_message(&mut self, msg: ProcessingRequest) -> Option<ProcessingResponse> {
         if self.rejected {
             return None;
+        }
+        if let Some(p) = &msg.protocol_config {
+            let buffered = BodySendMode::Buffered as i32;
+            self.body_in_chunks = p.request_body_mode != buffered;
         }
         let reply = match msg.request? {
             Request::RequestHeaders(h) => self.on_request_headers(&h),
@@ -195,10 +203,16 @@ impl StreamState {
         } else {
             self.body.extend_from_slice(&chunk);
         }
-        if !end_of_stream {
-            // Not BUFFERED (a misconfiguration): keep collecting; route at the end.
+        if self.body_in_chunks && !end_of_stream {
+            // STREAMED (or another chunked mode): a misconfiguration that cannot route, since
+            // Envoy sends the headers upstream after its reply to them, before the body is
+            // here (../shared/docs/envoy-extproc.md). Collect and route at the last chunk
+            // anyway; the decision takes effect only if the whole body came at once.
             return Ok(respond::continue_body(true));
         }
+        // BUFFERED: this one message is the whole body, also when `end_of_stream` is false
+        // (request trailers follow, and `request_trailer_mode: SKIP` keeps them from kvroute).
+        // Waiting for more would let the request go un-routed to the fallback route.
         let endpoint = Endpoint::from_path(&self.info.path);
         let body = std::mem::take(&mut self.body);
         let extracted = extract(endpoint, &body).map_err(reject)?;
@@ -305,7 +319,7 @@ impl StreamState {
             headers.push(header("x-kvroute-decision", r.decision.to_string()));
         }
         if let Some(id) = &self.info.request_id {
-            headers.push(header("request-id", id.as_bytes()));
+            headers.push(header("request-id", echoed_value(id)));
         }
         respond::response_headers(headers, timed)
     }
@@ -334,21 +348,14 @@ mod tests {
     use envoy_types::pb::envoy::service::ext_proc::v3::HttpBody;
 
     use super::*;
-    use crate::config::{build, parse_toml, Overrides};
-    use crate::env::EnvSnapshot;
+    use crate::config::from_toml;
 
     fn shared() -> Arc<Shared> {
         shared_with("[routing]\nseed = 3\n[limits]\nmax_body_bytes = 1000\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]")
     }
 
     fn shared_with(text: &str) -> Arc<Shared> {
-        let c = build(
-            parse_toml(text, std::path::Path::new("t")).unwrap(),
-            &EnvSnapshot::default(),
-            &Overrides::default(),
-            0,
-        )
-        .unwrap();
+        let c = from_toml(text);
         Shared::new(&c, &mut prometheus_client::registry::Registry::default()).unwrap()
     }
 
@@ -373,15 +380,34 @@ mod tests {
     }
 
     fn body(b: &str) -> ProcessingRequest {
+        body_part(b, true)
+    }
+
+    fn body_part(b: &str, end_of_stream: bool) -> ProcessingRequest {
         let b = HttpBody {
             body: b.as_bytes().to_vec(),
-            end_of_stream: true,
+            end_of_stream,
             ..Default::default()
         };
         ProcessingRequest {
             request: Some(Request::RequestBody(b)),
             ..Default::default()
         }
+    }
+
+    /// Request headers of a POST as Envoy sends them first, saying its request body mode.
+    fn post_headers(mode: Option<BodySendMode>) -> ProcessingRequest {
+        use envoy_types::pb::envoy::service::ext_proc::v3::ProtocolConfiguration;
+        let mut h = headers(&[(":path", "/v1/completions")], false);
+        h.protocol_config = mode.map(|m| ProtocolConfiguration {
+            request_body_mode: m as i32,
+            ..Default::default()
+        });
+        h
+    }
+
+    fn is_routing_reply(r: &ProcessingResponse) -> bool {
+        matches!(r.response, Some(Response::RequestBody(_))) && r.dynamic_metadata.is_some()
     }
 
     fn response_headers(status: &str) -> ProcessingRequest {
@@ -452,6 +478,109 @@ mod tests {
                 .sum::<u64>(),
             1
         );
+    }
+
+    #[test]
+    fn a_buffered_body_followed_by_trailers_is_routed() {
+        // BUFFERED: Envoy sends the whole body in one message, with end_of_stream false when
+        // request trailers follow (an HTTP/2 client); they never reach kvroute (SKIP).
+        for mode in [Some(BodySendMode::Buffered), None] {
+            let sh = shared();
+            let mut st = StreamState::new(sh.clone());
+            st.on_message(post_headers(mode)).unwrap();
+            let r = st
+                .on_message(body_part(r#"{"model":"m","prompt":"hello"}"#, false))
+                .unwrap();
+            assert!(is_routing_reply(&r), "{mode:?}: not routed: {r:?}");
+            assert_eq!(in_flight(&sh), 1);
+        }
+    }
+
+    #[test]
+    fn a_streamed_body_is_collected_and_routed_at_its_last_chunk() {
+        let sh = shared();
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(post_headers(Some(BodySendMode::Streamed)))
+            .unwrap();
+        let r = st.on_message(body_part(r#"{"model":"m","#, false)).unwrap();
+        assert!(!is_routing_reply(&r) && in_flight(&sh) == 0, "{r:?}");
+        let r = st
+            .on_message(body_part(r#""prompt":"hello"}"#, true))
+            .unwrap();
+        assert!(is_routing_reply(&r), "{r:?}");
+        assert_eq!(in_flight(&sh), 1);
+    }
+
+    #[test]
+    fn a_body_over_the_limit_without_content_length_gets_413() {
+        // No content-length (chunked or HTTP/2): the limit is checked on the body itself.
+        let sh = shared(); // max_body_bytes = 1000
+        for (mode, parts) in [
+            (Some(BodySendMode::Buffered), vec![1001]),
+            (Some(BodySendMode::Streamed), vec![600, 401]),
+        ] {
+            let mut st = StreamState::new(sh.clone());
+            st.on_message(post_headers(mode)).unwrap();
+            let last = parts
+                .iter()
+                .filter_map(|n| st.on_message(body_part(&"x".repeat(*n), false)))
+                .last()
+                .unwrap();
+            let Some(Response::ImmediateResponse(i)) = last.response else {
+                panic!("{mode:?}: not rejected: {last:?}")
+            };
+            assert_eq!(i.status.unwrap().code, 413);
+            let marker = i
+                .headers
+                .unwrap()
+                .set_headers
+                .into_iter()
+                .any(|h| h.header.unwrap().key == "x-error-request-body-processing");
+            assert!(marker);
+        }
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(post_headers(None)).unwrap();
+        let at_limit = format!(r#"{{"model":"m","prompt":"{}"}}"#, "x".repeat(975));
+        assert_eq!(at_limit.len(), 1000);
+        assert!(is_routing_reply(&st.on_message(body(&at_limit)).unwrap()));
+        assert_eq!(sh.router.lock().stats().tickets.issued, 1);
+    }
+
+    #[test]
+    fn a_model_removed_by_a_reload_is_unknown_again() {
+        let pod = "pods = [{ name = \"a\", address = \"10.0.0.1:80\" }]";
+        let sh = Shared::new(
+            &from_toml(&format!(
+                "[models.m]\n{pod}\n[models.gone]\n{pod}\n[models.empty]\npods = []"
+            )),
+            &mut prometheus_client::registry::Registry::default(),
+        )
+        .unwrap();
+        let status = |model: &str| {
+            let mut st = StreamState::new(sh.clone());
+            st.on_message(headers(&[(":path", "/v1/completions")], false));
+            let text = format!(r#"{{"model":"{model}","prompt":"hi"}}"#);
+            match st.on_message(body(&text)).unwrap().response {
+                Some(Response::ImmediateResponse(i)) => {
+                    let j: serde_json::Value = serde_json::from_slice(&i.body).unwrap();
+                    (i.status.unwrap().code, j["error"]["code"].clone())
+                }
+                _ => (200, serde_json::Value::Null),
+            }
+        };
+        assert_eq!(status("gone").0, 200);
+        assert_eq!(status("empty").0, 503);
+        sh.apply(&from_toml(&format!("[models.m]\n{pod}"))).unwrap();
+        for model in ["gone", "empty"] {
+            assert_eq!(status(model), (400, "model_not_found".into()), "{model}");
+        }
+        assert_eq!(status("m").0, 200);
+        // Added back, served again.
+        sh.apply(&from_toml(&format!(
+            "[models.m]\n{pod}\n[models.gone]\n{pod}"
+        )))
+        .unwrap();
+        assert_eq!(status("gone").0, 200);
     }
 
     #[test]
@@ -550,23 +679,14 @@ mod tests {
         let text = |cap: &str| {
             format!("[ttft]\nmax_seqs = 8\n[models.empty]\npods = []\n[models.m]\npods = [{{ name = \"a\", address = \"10.0.0.1:80\"{cap} }}]")
         };
-        let cfg = |t: &str| {
-            build(
-                parse_toml(t, std::path::Path::new("t")).unwrap(),
-                &EnvSnapshot::default(),
-                &Overrides::default(),
-                0,
-            )
-            .unwrap()
-        };
         let sh = Shared::new(
-            &cfg(&text(", max_seqs = 3")),
+            &from_toml(&text(", max_seqs = 3")),
             &mut prometheus_client::registry::Registry::default(),
         )
         .unwrap();
         let max_seqs = |sh: &Shared| sh.router.lock().pods()[0].max_seqs;
         assert_eq!(max_seqs(&sh), 3);
-        sh.apply(&cfg(&text(""))).unwrap();
+        sh.apply(&from_toml(&text(""))).unwrap();
         assert_eq!(max_seqs(&sh), 8, "a removed override falls back to [ttft]");
 
         let mut st = StreamState::new(sh.clone());

@@ -1,11 +1,16 @@
 //! [`TicketGuard`]: releases a routed request's in-flight slot exactly once.
 //!
 //! The guard is created right after [`kvroute_core::Router::route`] returns a decision and is
-//! owned by the task serving that request's ext_proc stream. With `response_trailer_mode:
-//! SEND` Envoy keeps that stream open until the HTTP response is over (finished, aborted,
-//! reset or failed) and closes it within about a millisecond (envoy-completion.md). The task
-//! then returns and the guard is dropped: `Drop` is the only release path, and Rust runs it
-//! exactly once, also when the task unwinds.
+//! owned by that request's [`crate::stream::StreamState`], which lives in the reply stream
+//! tonic polls for the ext_proc stream (no task of its own: [`crate::service`]). With
+//! `response_trailer_mode: SEND` Envoy keeps that stream open until the HTTP response is over
+//! (finished, aborted, reset or failed) and closes it within about a millisecond
+//! (envoy-completion.md). tonic then drops the reply stream, the state and the guard: `Drop`
+//! is the only release path, and Rust runs it exactly once, also when unwinding.
+//!
+//! The outcome reported is `Success`, or `Failed` when the response headers carried a 5xx or
+//! no usable status; kvroute-ext-proc never reports `Cancelled` (a client abort cannot be told
+//! from a normal end, see below).
 //!
 //! Timings reported with the completion ([`Timings`]):
 //! - `total_ms` (route → end of the side stream, which Envoy closes within about a
@@ -55,17 +60,6 @@ impl TicketGuard {
             status: None,
             timing: None,
         }
-    }
-
-    /// The ticket held.
-    pub fn ticket(&self) -> Ticket {
-        self.ticket
-    }
-
-    /// Sets the outcome reported at release (default `Success`; the response status can
-    /// downgrade it to `Failed`).
-    pub fn set_outcome(&mut self, outcome: Outcome) {
-        self.outcome = outcome;
     }
 
     /// Records the response status Envoy reported (`None`: headers without a usable status).
@@ -259,9 +253,5 @@ mod tests {
             let c = g.completion(later(&g));
             assert_eq!(c, Completion::new(outcome), "{status:?}");
         }
-        let mut g = guard();
-        g.on_response_status(Some(200));
-        g.set_outcome(Outcome::Cancelled);
-        assert_eq!(g.completion(later(&g)), Completion::new(Outcome::Cancelled));
     }
 }

@@ -77,6 +77,61 @@ fn envoy_configs_validate() {
     }
 }
 
+/// The Envoy Gateway manifests (envoy/gateway/) cannot be applied here (no cluster); this
+/// runs a static config of the shape they give Envoy Gateway to build (tests/gateway_shape.yaml:
+/// the filter disabled in the connection manager and enabled per route with an
+/// `ExtProcPerRoute` override, the route cache left at its default, the metadata route and
+/// ORIGINAL_DST cluster of the patch policy).
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn gateway_shaped_config_routes_and_releases() {
+    let dir = TempDir::new("gateway");
+    let sims = [
+        Sim::start(&dir, "replica-a", 5.0),
+        Sim::start(&dir, "replica-b", 5.0),
+    ];
+    let config = dir.path("kvroute.toml");
+    write_config(&config, &sims.iter().collect::<Vec<_>>(), "");
+    let ext = ExtProc::start(&dir, &config, None);
+    let (host, port) = ext.grpc.rsplit_once(':').unwrap();
+    let endpoints: String = sims
+        .iter()
+        .map(|x| {
+            let (h, p) = x.addr.rsplit_once(':').unwrap();
+            format!("\n        - endpoint: {{ address: {{ socket_address: {{ address: {h}, port_value: {p} }} }} }}")
+        })
+        .collect();
+    let yaml = include_str!("gateway_shape.yaml")
+        .replace("__EXT_PROC_ADDRESS__", host)
+        .replace("__EXT_PROC_PORT__", port)
+        .replace("__POD_ENDPOINTS__", &endpoints);
+    let envoy = Envoy::start_yaml(&dir, yaml.as_bytes());
+
+    // Routed by kvroute: the response headers come from the per-route override (the filter's
+    // own mode skips them), and the pod that answered is the one kvroute chose.
+    let body = completion("study", &prompt("gw", 1, 8_000), 2, false);
+    let r = http(&envoy.listen, "POST", "/v1/completions", &[], &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("target-pod"), Some(replica(&r).as_str()), "{r:?}");
+    // The side stream lasts as long as the response (response trailers SEND per route).
+    let listen = envoy.listen.clone();
+    let body = completion("study", &prompt("gw-held", 1, 2_000), 200, true);
+    let held = std::thread::spawn(move || http(&listen, "POST", "/v1/completions", &[], &body));
+    wait_for(Duration::from_secs(5), || {
+        (ext.in_flight() == 1).then_some(())
+    })
+    .expect("held stream not counted");
+    let r = held.join().unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("data: [DONE]"));
+    wait_for(Duration::from_secs(5), || {
+        (ext.in_flight() == 0).then_some(())
+    })
+    .unwrap_or_else(|| panic!("slot not released:\n{}", ext.metrics()));
+    let m = ext.metrics();
+    assert_eq!(metric_sum(&m, "kvroute_tickets_completed_total"), 2, "{m}");
+}
+
 #[test]
 #[ignore = "needs Envoy; run by `make test-e2e`"]
 fn requests_reach_the_chosen_pod_and_say_why() {
@@ -147,11 +202,39 @@ fn requests_reach_the_chosen_pod_and_say_why() {
     assert_eq!(forged.status, 200);
     assert_eq!(forged.header("target-pod"), Some(replica(&forged).as_str()));
 
+    // HTTP/2 with request trailers: Envoy sends the BUFFERED body with end_of_stream false
+    // (the trailers follow, and are not sent to kvroute); it is routed all the same.
+    let h2 = h2_post(
+        &s.envoy.listen,
+        "/v1/completions",
+        &[("x-request-id", "rid-h2")],
+        &completion("study", &prompt("family-h2", 1, 2_000), 2, false),
+        &[("x-checksum", "abc")],
+    );
+    assert_eq!(h2.status, 200, "{}", h2.text());
+    assert_eq!(
+        h2.header("target-pod"),
+        Some(replica(&h2).as_str()),
+        "not routed: {h2:?}"
+    );
+    assert_eq!(h2.header("request-id"), Some("rid-h2"));
+
     s.expect_in_flight(0);
     let m = s.ext.metrics();
     assert!(metric_sum(&m, "aibrix_prefix_cache_routing_selection_total{model=\"study\",selection=\"prefix_match\"") >= 1, "{m}");
-    assert_eq!(metric_sum(&m, "kvroute_tickets_completed_total"), 5, "{m}");
+    assert_eq!(metric_sum(&m, "kvroute_tickets_completed_total"), 6, "{m}");
     assert_eq!(metric_sum(&m, "kvroute_ticket_release_errors_total"), 0);
+    // Every side stream ended the normal way (Envoy closed it), none failed by kvroute.
+    assert_eq!(
+        metric_sum(&m, "kvroute_ext_proc_stream_ends_total{how=\"closed\"}"),
+        6,
+        "{m}"
+    );
+    assert_eq!(
+        metric_sum(&m, "kvroute_ext_proc_stream_ends_total"),
+        6,
+        "{m}"
+    );
 }
 
 #[test]
@@ -241,8 +324,39 @@ fn errors_return_aibrix_status_marker_and_body() {
         );
     }
 
+    // A body over the limit without content-length (chunked) is refused in the body phase.
+    let r = post_chunked(
+        &s.envoy.listen,
+        "/v1/completions",
+        &completion("study", &"x".repeat(100_000), 1, false),
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.header("x-error-request-body-processing"), Some("true"));
+    assert_eq!(r.json()["error"]["code"], "request_too_large");
+
+    // A model name that is no valid header value (CR LF, NUL, UTF-8, 60 KB) is escaped and
+    // cut in the marker header, so the reply keeps every header.
+    for model in ["evil\r\nx-injected: 1\u{0}é".to_owned(), "m".repeat(60_000)] {
+        let r = s.post(
+            "/v1/completions",
+            &[("x-request-id", "rid-bad-model")],
+            &completion(&model, "x", 1, false),
+        );
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(r.header("request-id"), Some("rid-bad-model"), "{r:?}");
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let marker = r.header("x-error-no-model-backends").expect("marker");
+        assert!(marker.len() <= 256, "{} bytes", marker.len());
+        assert!(r.header("x-injected").is_none());
+        if model.starts_with("evil") {
+            assert_eq!(marker, "evil%0D%0Ax-injected:%201%00%C3%A9");
+        }
+        assert_eq!(r.json()["error"]["code"], "model_not_found");
+    }
+
     // 503: the model is known but has no pod left (reload removed them).
-    std::fs::write(&s.config, "[listen]\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[limits]\nmax_body_bytes = 65536\n[models.study]\npods = []\n").unwrap();
+    let header = "[listen]\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[limits]\nmax_body_bytes = 65536\n";
+    std::fs::write(&s.config, format!("{header}[models.study]\npods = []\n")).unwrap();
     s.ext.proc.signal("HUP");
     let r = wait_for(Duration::from_secs(5), || {
         let r = s.post("/v1/completions", &[], &completion("study", "x", 1, false));
@@ -251,6 +365,17 @@ fn errors_return_aibrix_status_marker_and_body() {
     .expect("no 503 after removing every pod");
     assert_eq!(r.header("x-error-no-model-backends"), Some("true"));
     assert_eq!(r.json()["error"]["code"], "service_unavailable");
+
+    // 400 again once a reload removes the model itself.
+    std::fs::write(&s.config, format!("{header}[models.other]\npods = []\n")).unwrap();
+    s.ext.proc.signal("HUP");
+    let r = wait_for(Duration::from_secs(5), || {
+        let r = s.post("/v1/completions", &[], &completion("study", "x", 1, false));
+        (r.status == 400).then_some(r)
+    })
+    .expect("no 400 after removing the model");
+    assert_eq!(r.header("x-error-no-model-backends"), Some("study"));
+    assert_eq!(r.json()["error"]["code"], "model_not_found");
     s.expect_in_flight(0);
 }
 
@@ -558,6 +683,15 @@ fn sigterm_drains_in_flight_streams() {
         (r.status == 503).then_some(())
     });
     assert!(ready.is_some(), "/readyz still ready after SIGTERM");
+    // The grace period keeps the process, and the stream's ticket, while the stream is open
+    // (Envoy's failure_mode_allow would let the response finish even if kvroute died, so the
+    // response alone proves nothing).
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        s.ext.proc.is_running(),
+        "kvroute-ext-proc exited with a stream open"
+    );
+    assert_eq!(s.ext.in_flight(), 1, "the held stream's ticket is gone");
     let r = held.join().unwrap();
     assert_eq!(r.status, 200);
     assert!(r.text().contains("data: [DONE]"));
@@ -567,6 +701,14 @@ fn sigterm_drains_in_flight_streams() {
         .wait_exit(Duration::from_secs(10))
         .expect("kvroute-ext-proc did not exit after draining");
     assert!(status.success(), "{status:?}");
+    // The ticket was released before the process stopped.
+    let log = std::fs::read_to_string(&s.ext.log).unwrap();
+    let stopped = log
+        .lines()
+        .find(|l| l.contains("kvroute-ext-proc stopped"))
+        .unwrap_or_else(|| panic!("no stop line in\n{log}"));
+    assert!(stopped.contains("open_tickets=0"), "{stopped}");
+    assert!(!log.contains("grace period over"), "{log}");
 }
 
 #[test]

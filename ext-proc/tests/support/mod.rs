@@ -100,6 +100,12 @@ impl Proc {
             let _ = c.wait();
         }
     }
+    /// Whether the process is still running (not exited, not killed).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
     /// Waits for the process to exit by itself.
     pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + timeout;
@@ -200,6 +206,8 @@ pub struct ExtProc {
     pub proc: Proc,
     pub grpc: String,
     pub admin: String,
+    /// Its stderr (the log).
+    pub log: PathBuf,
 }
 
 impl ExtProc {
@@ -219,12 +227,8 @@ impl ExtProc {
             cmd.args(["--grpc-listen", g]);
         }
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let (proc, line) = spawn_and_wait(
-            "kvroute-ext-proc",
-            cmd,
-            &dir.path(&format!("ext-proc-{n}.log")),
-            "listening grpc=",
-        );
+        let log = dir.path(&format!("ext-proc-{n}.log"));
+        let (proc, line) = spawn_and_wait("kvroute-ext-proc", cmd, &log, "listening grpc=");
         let field = |k: &str| {
             line.split_whitespace()
                 .find_map(|w| w.strip_prefix(k))
@@ -235,6 +239,7 @@ impl ExtProc {
             proc,
             grpc: field("grpc="),
             admin: field("admin="),
+            log,
         }
     }
 
@@ -277,29 +282,17 @@ impl Envoy {
     /// Renders the shipped template for `kv_config` with `kvroute-ext-proc envoy-config`,
     /// starts Envoy on it (ports 0), waits for readiness and reads the listener port.
     pub fn start(dir: &TempDir, kv_config: &Path, ext_grpc: &str, response_headers: bool) -> Envoy {
-        let mut render = Command::new(ext_proc_bin());
-        render
-            .arg("--config")
-            .arg(kv_config)
-            .args(["--grpc-listen", ext_grpc]);
-        render.args([
-            "envoy-config",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin",
-            "127.0.0.1:0",
-        ]);
-        if !response_headers {
-            render.arg("--no-response-headers");
-        }
-        let out = render.output().unwrap();
-        assert!(
-            out.status.success(),
-            "envoy-config: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        Envoy::start_yaml(
+            dir,
+            &render_envoy_config(kv_config, ext_grpc, response_headers),
+        )
+    }
+
+    /// Starts Envoy on `yaml` (one listener, admin on a free port), waits for readiness and
+    /// reads the listener port.
+    pub fn start_yaml(dir: &TempDir, yaml_text: &[u8]) -> Envoy {
         let yaml = dir.path("envoy.yaml");
-        std::fs::write(&yaml, &out.stdout).unwrap();
+        std::fs::write(&yaml, yaml_text).unwrap();
         let admin_file = dir.path("envoy-admin.txt");
         let base_id = 20_000
             + (std::process::id() % 10_000) * 10
@@ -356,6 +349,33 @@ impl Envoy {
             admin,
         }
     }
+}
+
+/// `kvroute-ext-proc --config kv_config --grpc-listen ext_grpc envoy-config` with Envoy's
+/// listener and admin on free ports.
+pub fn render_envoy_config(kv_config: &Path, ext_grpc: &str, response_headers: bool) -> Vec<u8> {
+    let mut render = Command::new(ext_proc_bin());
+    render
+        .arg("--config")
+        .arg(kv_config)
+        .args(["--grpc-listen", ext_grpc]);
+    render.args([
+        "envoy-config",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+    ]);
+    if !response_headers {
+        render.arg("--no-response-headers");
+    }
+    let out = render.output().unwrap();
+    assert!(
+        out.status.success(),
+        "envoy-config: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }
 
 /// Polls `f` every 20 ms until it returns `Some` or `timeout` passes.
@@ -480,6 +500,94 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         b = &b[(size + 2).min(b.len())..];
     }
     out
+}
+
+/// POSTs `body` with `transfer-encoding: chunked` (no `content-length`), in one chunk.
+pub fn post_chunked(addr: &str, path: &str, body: &[u8]) -> Resp {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    s.write_all(b"\r\n0\r\n\r\n").unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse_response(&raw)
+        .unwrap_or_else(|| panic!("bad response: {}", String::from_utf8_lossy(&raw)))
+}
+
+/// One HTTP/2 POST (cleartext, prior knowledge) of `body` without `content-length`, followed
+/// by request `trailers` when given; reads the whole response.
+pub fn h2_post(
+    addr: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    trailers: &[(&str, &str)],
+) -> Resp {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use http_body_util::BodyExt;
+        use hyper::body::{Bytes, Frame};
+        use hyper::header::{HeaderName, HeaderValue};
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await
+        .expect("h2 handshake");
+        let conn = tokio::spawn(conn);
+        let mut frames = vec![Frame::data(Bytes::copy_from_slice(body))];
+        if !trailers.is_empty() {
+            let mut map = hyper::HeaderMap::new();
+            for (k, v) in trailers {
+                let name = HeaderName::from_bytes(k.as_bytes()).unwrap();
+                map.insert(name, HeaderValue::from_str(v).unwrap());
+            }
+            frames.push(Frame::trailers(map));
+        }
+        // A stream body: no content-length.
+        let frames = frames.into_iter().map(Ok::<_, std::convert::Infallible>);
+        let request_body = http_body_util::StreamBody::new(futures_util::stream::iter(frames));
+        let mut req = hyper::Request::post(format!("http://{addr}{path}"))
+            .header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let response = sender
+            .send_request(req.body(request_body).unwrap())
+            .await
+            .expect("h2 response");
+        let status = response.status().as_u16();
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| {
+                let v = String::from_utf8_lossy(v.as_bytes()).into_owned();
+                (k.as_str().to_owned(), v)
+            })
+            .collect();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("h2 response body")
+            .to_bytes()
+            .to_vec();
+        conn.abort();
+        Resp {
+            status,
+            headers,
+            body,
+        }
+    })
 }
 
 /// Sends a request, reads until `until` appears in the response bytes, then closes the

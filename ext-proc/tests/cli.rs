@@ -1,0 +1,49 @@
+//! The `kvroute-ext-proc` binary's command line, without Envoy.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs the binary with `args` (serving on free ports, so that a flag it wrongly accepts
+/// cannot clash with anything) and returns its exit code and stderr; kills it and panics if
+/// it is still running after 10 s.
+fn run(args: &[&str]) -> (Option<i32>, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kvroute-ext-proc"))
+        .args([
+            "--grpc-listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .env_remove("KVROUTE_LOG")
+        .env_remove("KVROUTE_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kvroute-ext-proc");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("kvroute-ext-proc {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_invalid_log_filter_is_an_error_with_exit_code_2() {
+    let (code, stderr) = run(&["--log", "kvroute_ext_proc=loud"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid --log / KVROUTE_LOG filter") && stderr.contains("loud"),
+        "{stderr}"
+    );
+}
