@@ -60,9 +60,10 @@ pub enum ScrapeError {
 pub type EngineTable = Arc<Mutex<BTreeMap<String, EngineSnapshot>>>;
 
 /// The vLLM series read (gauges, counters, histogram sums and counts), each summed over its
-/// label sets, before conversion.
+/// label sets (the KV usage ratio: the largest), before conversion.
 #[derive(Default)]
 struct Sums {
+    kv_usage: Option<f64>,
     running: Option<f64>,
     waiting: Option<f64>,
     queries: Option<f64>,
@@ -77,6 +78,10 @@ struct Sums {
 
 fn add(slot: &mut Option<f64>, v: f64) {
     *slot = Some(slot.unwrap_or(0.0) + v);
+}
+
+fn largest(slot: &mut Option<f64>, v: f64) {
+    *slot = Some(slot.map_or(v, |s| s.max(v)));
 }
 
 /// Splits one sample line into its metric name and value; `None` for comments, blank lines
@@ -118,11 +123,11 @@ fn sample(line: &str) -> Option<(&str, f64)> {
 /// read as their `_sum` and `_count` series, from which the core learns the pod's prefill rate
 /// and TPOT. Each is a count or a cumulative total, summed over its label sets (several models
 /// or engines behind one address); counters are accepted with or without the `_total` suffix
-/// (`_created` series are ignored). The KV-cache usage ratio (`vllm:kv_cache_usage_perc`) is
-/// not read: nothing uses it, and a ratio cannot be summed over engines
-/// ([`EngineSnapshot::kv_usage`] stays `None`). Missing metrics stay `None` (running and
-/// waiting: 0), but a text with neither running nor waiting is not an engine's:
-/// [`ScrapeError::NoEngineMetrics`]. Negative values count as 0.
+/// (`_created` series are ignored). The KV-cache usage ratio (`vllm:kv_cache_usage_perc`, or
+/// `vllm:gpu_cache_usage_perc` from older vLLM) is the largest over label sets (a ratio does
+/// not add up; the fullest engine is the one a request may wait on), clamped to [0, 1].
+/// Missing metrics stay `None` (running and waiting: 0), but a text with neither running nor
+/// waiting is not an engine's: [`ScrapeError::NoEngineMetrics`]. Negative values count as 0.
 pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
     let mut s = Sums::default();
     for (name, v) in text.lines().filter_map(sample) {
@@ -133,6 +138,7 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
         match short {
             "num_requests_running" => add(&mut s.running, v),
             "num_requests_waiting" => add(&mut s.waiting, v),
+            "kv_cache_usage_perc" | "gpu_cache_usage_perc" => largest(&mut s.kv_usage, v),
             "prefix_cache_queries" => add(&mut s.queries, v),
             "prefix_cache_hits" => add(&mut s.hits, v),
             "request_prefill_time_seconds_sum" => add(&mut s.prefill_sum, v),
@@ -159,7 +165,7 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
     Ok(EngineSnapshot {
         running: count(s.running),
         waiting: count(s.waiting),
-        kv_usage: None,
+        kv_usage: s.kv_usage.map(|v| v.clamp(0.0, 1.0)),
         prefix_queries: total(s.queries),
         prefix_hits: total(s.hits),
         prefill_seconds: seconds(s.prefill_sum),
@@ -319,7 +325,7 @@ python_gc_objects_collected_total{generation="0"} 77
             EngineSnapshot {
                 running: 5,
                 waiting: 4,
-                kv_usage: None,
+                kv_usage: Some(0.5),
                 prefix_queries: Some(1500),
                 prefix_hits: Some(600),
                 prefill_seconds: Some(12.5),
@@ -332,8 +338,8 @@ python_gc_objects_collected_total{generation="0"} 77
 
     #[test]
     fn missing_and_odd_values_are_tolerated() {
-        let s = parse("vllm:num_requests_waiting 2\nvllm:gpu_cache_usage_perc 0.5\n").unwrap();
-        assert_eq!((s.running, s.waiting, s.kv_usage), (0, 2, None));
+        let s = parse("vllm:num_requests_waiting 2\nvllm:gpu_cache_usage_perc 7\n").unwrap();
+        assert_eq!((s.running, s.waiting, s.kv_usage), (0, 2, Some(1.0)));
         assert_eq!((s.prefix_queries, s.prefix_hits), (None, None));
         let s = parse("vllm:num_requests_running -3\nvllm:num_requests_waiting NaN\nvllm:num_requests_waiting{a=\"x\"} 1e12\ngarbage line\n{}\nvllm:num_requests_running{unclosed=\"} 4\n").unwrap();
         assert_eq!((s.running, s.waiting), (0, u32::MAX));

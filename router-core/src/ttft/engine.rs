@@ -13,7 +13,9 @@ pub struct EngineSnapshot {
     pub running: u32,
     /// Requests waiting (`vllm:num_requests_waiting`).
     pub waiting: u32,
-    /// KV cache usage in [0, 1] (`vllm:kv_cache_usage_perc`), when known.
+    /// KV cache usage in [0, 1] (`vllm:kv_cache_usage_perc`; with several engines behind one
+    /// address, the fullest), when known. From 0.95 the pod is taken to admit no new sequence
+    /// until one ends.
     pub kv_usage: Option<f64>,
     /// Prefix-cache queries in tokens, cumulative (`vllm:prefix_cache_queries_total`).
     pub prefix_queries: Option<u64>,

@@ -13,6 +13,11 @@ const OVERRUN_TAIL: f64 = 0.4;
 /// The `extra` assumed for a pod no sample has spoken for yet (see the [`super`] docs).
 const UNSAMPLED_EXTRA: f64 = 0.5;
 
+/// The KV-cache usage from which an engine is taken as unable to admit another sequence until
+/// one ends: vLLM schedules a request only if its blocks fit, and at this usage a prompt of a
+/// few thousand tokens rarely does.
+const KV_FULL: f64 = 0.95;
+
 /// The most unseen requests (engine queue minus this router's own) one snapshot can add to an
 /// estimate. The replay is linear in them; beyond a few thousand queued requests the pod is
 /// hopeless anyway, and a corrupt snapshot (`waiting = 4e9`) must not cost seconds per route.
@@ -63,8 +68,9 @@ fn decode_ms(global: &GlobalModel, tpot: f64, max_output_tokens: Option<u32>) ->
 /// prefills after the requests before it (or until its reported first token), then decodes; one
 /// still open past that is assumed to need [`OVERRUN_TAIL`] of a decode more, or as long again
 /// as it has overrun. A fresh engine snapshot adds the requests the router did not route,
-/// as half-done. The new request then takes the next slot and prefills after all of them,
-/// stalling the requests still decoding then. `scratch` is reused space for the slot heap.
+/// as half-done; if it shows the KV cache at least [`KV_FULL`] used, the new request waits
+/// for a slot to be given back even when the pod has more. The new request then takes the
+/// next slot and prefills after all of them, stalling the requests still decoding then. `scratch` is reused space for the slot heap.
 pub(crate) fn estimate(
     pod: &PodModel,
     global: &GlobalModel,
@@ -95,25 +101,28 @@ pub(crate) fn estimate(
     let prefill_ms = |tokens: f64| tokens / rate * 1_000.0;
     let now_ms = now.as_millis() as f64;
 
-    let unseen = pod
+    let fresh = pod
         .engine
-        .filter(|e| now.millis_since(e.at) <= cfg.snapshot_max_age_ms)
-        .map_or(0, |engine| {
-            engine
-                .snapshot
-                .running
-                .saturating_add(engine.snapshot.waiting)
-                .saturating_sub(engine.own_open)
-                .min(MAX_UNSEEN)
-        });
+        .filter(|e| now.millis_since(e.at) <= cfg.snapshot_max_age_ms);
+    let unseen = fresh.map_or(0, |engine| {
+        engine
+            .snapshot
+            .running
+            .saturating_add(engine.snapshot.waiting)
+            .saturating_sub(engine.own_open)
+            .min(MAX_UNSEEN)
+    });
+    let kv_full = fresh.is_some_and(|e| e.snapshot.kv_usage.is_some_and(|u| u >= KV_FULL));
 
     // Slot-free times, as a min-heap of whole microseconds. The replay takes a slot
     // `open + unseen + 1` times and every slot taken is given back later than now, so free
     // slots beyond that many are never reached: the heap holds at most that many (the same
-    // result as `capacity` free slots, at a cost independent of the capacity).
+    // result as `capacity` free slots, at a cost independent of the capacity). An engine whose
+    // KV cache is full has no slot for the new request but the ones its requests hold.
     let takes = pod.open.len() + unseen as usize + 1;
+    let slots_free = if kv_full { (takes - 1).max(1) } else { takes };
     scratch.clear();
-    scratch.resize((pod.capacity() as usize).min(takes), 0);
+    scratch.resize((pod.capacity() as usize).min(slots_free), 0);
     let mut slots: BinaryHeap<Reverse<u64>> =
         std::mem::take(scratch).into_iter().map(Reverse).collect();
     let take_slot = |slots: &mut BinaryHeap<Reverse<u64>>| {
@@ -345,6 +354,63 @@ mod tests {
         assert!(estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new()).queue_ms > 0.0);
         assert_eq!(
             estimate(&pod, &g, &c, job, t(2_001), &mut Vec::new()).queue_ms,
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_full_kv_cache_leaves_no_free_slot_until_a_request_ends() {
+        let c = cfg(); // max_seqs 2: one request open leaves a slot free
+        let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
+        pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0, None)];
+        let job = Job {
+            prompt_tokens: 100.0,
+            matched_bytes: 0.0,
+            max_output_tokens: None,
+        };
+        let queue_at = |pod: &mut PodModel, kv_usage| {
+            let snapshot = EngineSnapshot {
+                running: 1,
+                kv_usage,
+                ..Default::default()
+            };
+            pod.observe(snapshot, t(0), &c);
+            estimate(pod, &g, &c, job, t(0), &mut Vec::new()).queue_ms
+        };
+        assert_eq!(queue_at(&mut pod, Some(0.5)), 0.0);
+        assert_eq!(queue_at(&mut pod, None), 0.0);
+        assert_eq!(
+            queue_at(&mut pod, Some(0.97)),
+            6_350.0,
+            "the open request's predicted end"
+        );
+        // A stale snapshot says nothing.
+        assert_eq!(
+            estimate(&pod, &g, &c, job, t(2_001), &mut Vec::new()).queue_ms,
+            0.0
+        );
+        // The same for a request the engine shows and this router did not send (unseen,
+        // assumed half done): its slot is the one to wait for.
+        pod.open.clear();
+        pod.observe(
+            EngineSnapshot {
+                running: 1,
+                kv_usage: Some(1.0),
+                ..Default::default()
+            },
+            t(0),
+            &c,
+        );
+        let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(e.queue_ms, 6_350.0 / 2.0);
+        // Nothing running at all: full or not, the request starts at once.
+        let idle = EngineSnapshot {
+            kv_usage: Some(1.0),
+            ..Default::default()
+        };
+        pod.observe(idle, t(0), &c);
+        assert_eq!(
+            estimate(&pod, &g, &c, job, t(0), &mut Vec::new()).queue_ms,
             0.0
         );
     }
