@@ -719,7 +719,8 @@ kvroute_status kvroute_router_stats(const struct kvroute_router *router,
  * `kvroute_router_complete()` plus what was observed about the request: the timings of a
  * successful request teach the `least-ttft` model the pod's prefill and decode rates. `timings`
  * may be NULL (no timings, the same as `kvroute_router_complete()`); it is borrowed for the
- * call only. Returns `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timings->known`,
+ * call only. A `first_token_ms` or `total_ms` longer than the time since routing (on the
+ * router's clock, `now_ms`) is taken as that time. Returns `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timings->known`,
  * otherwise the statuses of `kvroute_router_complete()`.
  */
 kvroute_status kvroute_router_complete_with_timings(struct kvroute_router *router,
@@ -739,7 +740,8 @@ kvroute_status kvroute_router_complete_with_timings(struct kvroute_router *route
  * Of `timings` (borrowed for the call only) only `first_token_ms`, `prompt_tokens` and
  * `cached_tokens` are read. `KVROUTE_TIMING_FIRST_TOKEN_MS` is required (the time from
  * routing to the first token, which the caller measured: a report that arrives late must not
- * read as a slow prefill); `prompt_tokens` and `cached_tokens` are read when their bits are set.
+ * read as a slow prefill; longer than the time since routing, it is taken as that time);
+ * `prompt_tokens` and `cached_tokens` are read when their bits are set.
  * The other `KVROUTE_TIMING_*` bits (`TOTAL_MS`, `OUTPUT_TOKENS`) are accepted and not read,
  * so one struct can be filled in as the response streams, passed here at the first token and
  * to `kvroute_router_complete_with_timings()` at the end. Each part of the prompt side is
