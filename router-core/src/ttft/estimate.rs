@@ -114,45 +114,72 @@ pub(crate) fn estimate(
     });
     let kv_full = fresh.is_some_and(|e| e.snapshot.kv_usage.is_some_and(|u| u >= KV_FULL));
 
-    // Slot-free times, as a min-heap of whole microseconds. The replay takes a slot
-    // `open + unseen + 1` times and every slot taken is given back later than now, so free
-    // slots beyond that many are never reached: the heap holds at most that many (the same
-    // result as `capacity` free slots, at a cost independent of the capacity). An engine whose
-    // KV cache is full has no slot for the new request but the ones its requests hold.
+    // An engine whose KV cache is full has no slot for the new request but the ones its
+    // requests hold.
     let takes = pod.open.len() + unseen as usize + 1;
     let slots_free = if kv_full { (takes - 1).max(1) } else { takes };
-    scratch.clear();
-    scratch.resize((pod.capacity() as usize).min(slots_free), 0);
-    let mut slots: BinaryHeap<Reverse<u64>> =
-        std::mem::take(scratch).into_iter().map(Reverse).collect();
-    let take_slot = |slots: &mut BinaryHeap<Reverse<u64>>| {
-        slots.pop().map_or(0.0, |Reverse(us)| us as f64 / 1_000.0)
-    };
-    let mut prefill_free = 0.0f64;
-    for o in &pod.open {
-        let start = take_slot(&mut slots).max(o.issued.as_millis() as f64);
+    let slots_free = (pod.capacity() as usize).min(slots_free);
+    let to_us = |ms: f64| (ms * 1_000.0) as u64;
+    let unseen_end_ms = now_ms + typical_decode_ms / 2.0;
+    // One open request through the replay, given when a slot is free for it: when its prefill
+    // ends (after the prefills before it, FCFS) and when it gives its slot back.
+    let end_of = |o: &OpenRequest, slot_free_ms: f64, prefill_free: &mut f64| -> f64 {
+        let start = slot_free_ms.max(o.issued.as_millis() as f64);
         let prefill_end = match o.first_token {
             Some(at) => at.as_millis() as f64,
-            None => start.max(prefill_free) + prefill_ms(o.uncached_tokens),
+            None => start.max(*prefill_free) + prefill_ms(o.uncached_tokens),
         };
-        prefill_free = prefill_free.max(prefill_end);
+        *prefill_free = prefill_free.max(prefill_end);
         let own_decode_ms = decode_ms(global, tpot, o.max_output_tokens);
         let predicted_end = prefill_end + own_decode_ms;
         // Still open after its predicted end, it has run long: assume it needs a further
         // OVERRUN_TAIL of its decode (or its overrun so far) rather than ending now.
         let tail_ms = OVERRUN_TAIL * own_decode_ms + tpot;
         let overrun = (now_ms - predicted_end).max(0.0);
-        let end = predicted_end.max(now_ms + tail_ms.max(overrun));
-        slots.push(Reverse((end * 1_000.0) as u64));
-    }
-    for _ in 0..unseen {
-        let end = take_slot(&mut slots).max(now_ms) + typical_decode_ms / 2.0;
-        slots.push(Reverse((end * 1_000.0) as u64));
-    }
-    let start = take_slot(&mut slots).max(now_ms).max(prefill_free);
-    let start_us = (start * 1_000.0) as u64;
-    let decoding = slots.iter().filter(|Reverse(end)| *end > start_us).count();
-    *scratch = slots.into_iter().map(|Reverse(us)| us).collect();
+        predicted_end.max(now_ms + tail_ms.max(overrun))
+    };
+    let mut prefill_free = 0.0f64;
+    let (start, decoding) = if slots_free == takes {
+        // A slot is free for every request and for this one: no slot wait to replay.
+        scratch.clear();
+        for o in &pod.open {
+            scratch.push(to_us(end_of(o, 0.0, &mut prefill_free)));
+        }
+        let start = now_ms.max(prefill_free);
+        let start_us = to_us(start);
+        let unseen_decoding = if to_us(unseen_end_ms) > start_us {
+            unseen as usize
+        } else {
+            0
+        };
+        let decoding = scratch.iter().filter(|&&end| end > start_us).count() + unseen_decoding;
+        (start, decoding)
+    } else {
+        // Slot-free times, as a min-heap of whole microseconds. The replay takes a slot
+        // `takes` times and every slot taken is given back later than now, so free slots
+        // beyond that many are never reached: the heap holds at most that many (the same
+        // result as `capacity` free slots, at a cost independent of the capacity).
+        scratch.clear();
+        scratch.resize(slots_free, 0);
+        let mut slots: BinaryHeap<Reverse<u64>> =
+            std::mem::take(scratch).into_iter().map(Reverse).collect();
+        let take_slot = |slots: &mut BinaryHeap<Reverse<u64>>| {
+            slots.pop().map_or(0.0, |Reverse(us)| us as f64 / 1_000.0)
+        };
+        for o in &pod.open {
+            let end = end_of(o, take_slot(&mut slots), &mut prefill_free);
+            slots.push(Reverse(to_us(end)));
+        }
+        for _ in 0..unseen {
+            let end = take_slot(&mut slots).max(now_ms) + typical_decode_ms / 2.0;
+            slots.push(Reverse(to_us(end)));
+        }
+        let start = take_slot(&mut slots).max(now_ms).max(prefill_free);
+        let start_us = to_us(start);
+        let decoding = slots.iter().filter(|Reverse(end)| *end > start_us).count();
+        *scratch = slots.into_iter().map(|Reverse(us)| us).collect();
+        (start, decoding)
+    };
     let queue_ms = start - now_ms;
     let own_prefill_ms = prefill_ms(uncached);
     let ttft_ms = queue_ms + pod.overhead_ms.get() + own_prefill_ms;
