@@ -428,7 +428,7 @@ typedef uint32_t kvroute_pod_id;
 typedef struct kvroute_engine_snapshot {
   /**
    * KV-cache usage in [0, 1] (`vllm:kv_cache_usage_perc`; several engines: the fullest).
-   * From 0.95, least-ttft takes the pod to admit no new sequence until one ends.
+   * From 0.95, least-ttft takes the pod to run no more sequences than `running`.
    */
   double kv_usage;
   /**

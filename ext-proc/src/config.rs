@@ -120,8 +120,8 @@ pub struct RoutingSection {
     pub default_strategy: Option<String>,
     /// Seed of the router's PRNG; random per process when absent.
     pub seed: Option<u64>,
-    /// Model whose pods serve requests without a body (GET); default: the alphabetically first
-    /// configured model (not the first in the file).
+    /// Model whose pods serve requests without a body (GET); default: the configured model
+    /// whose name comes first in byte order (not the first in the file; `B` before `a`).
     pub default_model: Option<String>,
     /// Ticket safety-net lifetime in seconds (default 1800).
     pub ticket_ttl_secs: Option<u64>,

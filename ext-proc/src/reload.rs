@@ -58,15 +58,15 @@ pub fn restart_only_changes(startup: &Config, new: &Config) -> Vec<&'static str>
     changed
 }
 
-/// Loads and applies the configuration once; `startup` is the configuration the process
-/// started with (for [`restart_only_changes`]). Returns the new config, or logs why not.
-pub fn reload_once(source: &ConfigSource, shared: &Shared, startup: &Config) -> Option<Config> {
+/// Loads and applies the configuration once, or logs why not; `startup` is the configuration
+/// the process started with (for [`restart_only_changes`]).
+pub fn reload_once(source: &ConfigSource, shared: &Shared, startup: &Config) {
     let result = source.load().map_err(|e| e.to_string()).and_then(|new| {
         let changed = restart_only_changes(startup, &new);
         if !changed.is_empty() {
             tracing::warn!(
                 settings = changed.join(", "),
-                "settings changed that take effect only after a restart; until then the start-up values stay"
+                "settings changed that need a restart to take full effect (listen addresses and the grace period keep their start-up values; a larger max_body_bytes applies to the 413, but bodies over the start-up gRPC decode limit fail the side stream)"
             );
         }
         shared.apply(&new).map(|()| new).map_err(|e| e.to_string())
@@ -76,12 +76,10 @@ pub fn reload_once(source: &ConfigSource, shared: &Shared, startup: &Config) -> 
             shared.metrics.reloaded("ok");
             let pods = new.all_pods().len();
             tracing::info!(models = new.models.len(), pods, strategy = %new.default_strategy_text, "configuration reloaded");
-            Some(new)
         }
         Err(reason) => {
             shared.metrics.reloaded("error");
             tracing::error!(%reason, "configuration rejected; keeping the previous one");
-            None
         }
     }
 }

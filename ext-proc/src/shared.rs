@@ -24,8 +24,8 @@ pub struct RequestSettings {
     pub max_body_bytes: usize,
     /// Default strategy as written (echoed in `routing-strategy`).
     pub default_strategy_text: String,
-    /// Model for requests without a body: `[routing] default_model`, else the alphabetically
-    /// first configured model (the models are a sorted map, not in file order).
+    /// Model for requests without a body: `[routing] default_model`, else the configured model
+    /// whose name comes first in byte order (the models are a sorted map, not in file order).
     pub default_model: Option<String>,
     /// Time between two engine metrics scrapes; `None` = off.
     pub scrape_interval: Option<std::time::Duration>,
@@ -81,8 +81,6 @@ pub struct Shared {
     pub stream_budget: Arc<StreamBudget>,
     start: tokio::time::Instant,
     settings: RwLock<Arc<RequestSettings>>,
-    /// The models [`Shared::apply`] has added to the router and not removed since.
-    models: Mutex<BTreeSet<String>>,
     ready: AtomicBool,
 }
 
@@ -99,7 +97,6 @@ impl Shared {
             stream_budget: Arc::default(),
             start: tokio::time::Instant::now(),
             settings: RwLock::new(Arc::new(RequestSettings::from_config(config))),
-            models: Mutex::default(),
             ready: AtomicBool::new(false),
         };
         shared.apply(config)?;
@@ -137,13 +134,17 @@ impl Shared {
     /// applied before the error stay (they were individually valid).
     pub fn apply(&self, config: &Config) -> Result<(), ApplyError> {
         let mut router = self.router.lock();
-        let mut models = self.models.lock();
         router.reconfigure(config.router.clone())?;
+        // Models first: removing one detaches its pods in a single walk of the index.
+        for model in router.models() {
+            if !config.models.contains_key(&*model) {
+                router.remove_model(&model)?;
+            }
+        }
         let mut wanted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
         for (model, pods) in &config.models {
             // A configured model without pods answers 503 (no ready pod), not 400.
             router.add_model(model)?;
-            models.insert(model.clone());
             for pod in pods {
                 let id = router.add_pod(
                     model,
@@ -173,16 +174,7 @@ impl Shared {
                 }
             }
         }
-        let gone: Vec<String> = models
-            .iter()
-            .filter(|m| !config.models.contains_key(*m))
-            .cloned()
-            .collect();
-        for model in gone {
-            router.remove_model(&model)?;
-            models.remove(&model);
-        }
-        drop((router, models));
+        drop(router);
         *self.settings.write() = Arc::new(RequestSettings::from_config(config));
         Ok(())
     }

@@ -97,8 +97,9 @@ pub struct StreamState {
     strategy: Option<StrategySpec>,
     body: Vec<u8>,
     /// Whether Envoy sends the request body in chunks (`request_body_mode` STREAMED or
-    /// another non-BUFFERED mode, as its first message's `protocol_config` says) rather than
-    /// whole in one message (BUFFERED, the shipped mode; assumed when Envoy does not say).
+    /// FULL_DUPLEX_STREAMED, as its first message's `protocol_config` says) rather than in one
+    /// message (BUFFERED, the shipped mode, assumed when Envoy does not say; BUFFERED_PARTIAL,
+    /// whose one message is cut at Envoy's buffer limit: a cut body is a bad body, 400).
     body_in_chunks: bool,
     routed: Option<Routed>,
     rejected: bool,
@@ -130,8 +131,8 @@ impl StreamState {
             return None;
         }
         if let Some(p) = &msg.protocol_config {
-            let buffered = BodySendMode::Buffered as i32;
-            self.body_in_chunks = p.request_body_mode != buffered;
+            let chunked = [BodySendMode::Streamed, BodySendMode::FullDuplexStreamed];
+            self.body_in_chunks = chunked.iter().any(|m| *m as i32 == p.request_body_mode);
         }
         let reply = match msg.request? {
             Request::RequestHeaders(h) => self.on_request_headers(&h),
@@ -204,14 +205,15 @@ impl StreamState {
             self.body.extend_from_slice(&chunk);
         }
         if self.body_in_chunks && !end_of_stream {
-            // STREAMED (or another chunked mode): a misconfiguration that cannot route, since
+            // STREAMED or FULL_DUPLEX_STREAMED: a misconfiguration that cannot route, since
             // Envoy sends the headers upstream after its reply to them, before the body is
             // here (../shared/docs/envoy-extproc.md). Collect and route at the last chunk
             // anyway; the decision takes effect only if the whole body came at once.
             return Ok(respond::continue_body(true));
         }
-        // BUFFERED: this one message is the whole body, also when `end_of_stream` is false
-        // (request trailers follow, and `request_trailer_mode: SKIP` keeps them from kvroute).
+        // BUFFERED (or BUFFERED_PARTIAL): this one message is the whole body (or all of it
+        // Envoy will send), also when `end_of_stream` is false (request trailers follow, and
+        // `request_trailer_mode: SKIP` keeps them from kvroute).
         // Waiting for more would let the request go un-routed to the fallback route.
         let endpoint = Endpoint::from_path(&self.info.path);
         let body = std::mem::take(&mut self.body);
@@ -484,7 +486,11 @@ mod tests {
     fn a_buffered_body_followed_by_trailers_is_routed() {
         // BUFFERED: Envoy sends the whole body in one message, with end_of_stream false when
         // request trailers follow (an HTTP/2 client); they never reach kvroute (SKIP).
-        for mode in [Some(BodySendMode::Buffered), None] {
+        for mode in [
+            Some(BodySendMode::Buffered),
+            Some(BodySendMode::BufferedPartial),
+            None,
+        ] {
             let sh = shared();
             let mut st = StreamState::new(sh.clone());
             st.on_message(post_headers(mode)).unwrap();

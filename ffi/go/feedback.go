@@ -67,7 +67,7 @@ func (r *Router) FirstToken(ticket uint64, t Timings, nowMs uint64) error {
 type EngineSnapshot struct {
 	Running       uint32   // vllm:num_requests_running
 	Waiting       uint32   // vllm:num_requests_waiting
-	KVUsage       *float64 // vllm:kv_cache_usage_perc, in [0, 1]; from 0.95 no new sequence fits
+	KVUsage       *float64 // vllm:kv_cache_usage_perc, in [0, 1]; from 0.95 no more than Running fit
 	PrefixQueries *uint64  // vllm:prefix_cache_queries_total
 	PrefixHits    *uint64  // vllm:prefix_cache_hits_total
 	// vllm:request_prefill_time_seconds, cumulative. With PrefixQueries and PrefixHits it

@@ -154,7 +154,7 @@ const ENGINE_ALL: u32 = (1 << 3) - 1;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct kvroute_engine_snapshot {
     /// KV-cache usage in [0, 1] (`vllm:kv_cache_usage_perc`; several engines: the fullest).
-    /// From 0.95, least-ttft takes the pod to admit no new sequence until one ends.
+    /// From 0.95, least-ttft takes the pod to run no more sequences than `running`.
     pub kv_usage: f64,
     /// Prefix-cache queries in tokens, cumulative (`vllm:prefix_cache_queries_total`).
     pub prefix_queries: u64,

@@ -92,8 +92,10 @@ pub(crate) struct Pod {
 #[derive(Debug)]
 pub(crate) struct Model {
     pub(crate) name: Arc<str>,
-    // invariant: live pods only, each once, in the order they were attached.
+    // invariant: live pods only, each once, in the order they were attached; none if removed.
     pub(crate) pods: Vec<PodId>,
+    /// Removed with [`Registry::remove_model`] and not added again: no longer served.
+    pub(crate) removed: bool,
 }
 
 /// Pods and models, interned.
@@ -148,8 +150,12 @@ impl Registry {
         self.pod_by_name.get(name).copied()
     }
 
+    /// The id of a model that is served (added and not removed).
     pub(crate) fn model_id(&self, name: &str) -> Option<ModelId> {
-        self.model_by_name.get(name).copied()
+        self.model_by_name
+            .get(name)
+            .copied()
+            .filter(|id| !self.models[id.index()].removed)
     }
 
     /// Creates the pod, or updates its address and readiness (keeping its in-flight count).
@@ -203,7 +209,8 @@ impl Registry {
         if name.is_empty() {
             return Err(RegistryError::EmptyModelName);
         }
-        if let Some(id) = self.model_id(name) {
+        if let Some(&id) = self.model_by_name.get(name) {
+            self.models[id.index()].removed = false;
             return Ok(id);
         }
         let id = ModelId(self.models.len() as u32);
@@ -211,6 +218,7 @@ impl Registry {
         self.models.push(Model {
             name: name.clone(),
             pods: Vec::new(),
+            removed: false,
         });
         self.model_by_name.insert(name, id);
         Ok(id)
@@ -232,14 +240,14 @@ impl Registry {
         Ok(())
     }
 
-    /// Detaches every pod from the model and forgets its name (a later request for it is for an
-    /// unknown model; adding it again interns a new id). Its slot stays so ids held by open
-    /// tickets stay valid.
+    /// Detaches every pod from the model and marks it removed: a later request for it is for an
+    /// unknown model. Its id stays its own (open tickets and statistics keep pointing at it),
+    /// and adding the name again revives it.
     pub(crate) fn remove_model(&mut self, name: &str) -> Result<ModelId, RegistryError> {
         let id = self
-            .model_by_name
-            .remove(name)
+            .model_id(name)
             .ok_or_else(|| RegistryError::UnknownModel(name.to_owned()))?;
+        self.models[id.index()].removed = true;
         for pod in std::mem::take(&mut self.models[id.index()].pods) {
             self.pods[pod.index()].models.retain(|m| *m != id);
         }

@@ -1,5 +1,7 @@
 //! The router façade: one owner, `&mut self` for every change, no IO.
 
+use std::sync::Arc;
+
 use crate::config::{ConfigError, RouterConfig};
 use crate::decision::{Decision, LoadSnapshot, Prediction, Reason};
 use crate::hash::{BlockHash, HashConfig};
@@ -290,7 +292,8 @@ impl Router {
 
     /// Removes the model: its pods stop serving it (they stay, with what else they serve), its
     /// index entries are purged, and requests for it get [`RouteError::UnknownModel`] (400)
-    /// until it is added again. Its open tickets complete as usual. Costs a walk of the index.
+    /// until it is added again. Its open tickets complete as usual, and its statistics stay
+    /// (they carry on if it comes back). Costs a walk of the index.
     pub fn remove_model(&mut self, model: &str) -> Result<(), RegistryError> {
         let m = self.registry.remove_model(model)?;
         self.index.purge_model(m);
@@ -336,6 +339,16 @@ impl Router {
         self.registry
             .live_pods()
             .filter_map(|p| self.registry.info(p, &self.global))
+            .collect()
+    }
+
+    /// The models served (added and not removed), in the order they were first added.
+    pub fn models(&self) -> Vec<Arc<str>> {
+        self.registry
+            .models
+            .iter()
+            .filter(|m| !m.removed)
+            .map(|m| m.name.clone())
             .collect()
     }
 

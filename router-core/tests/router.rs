@@ -421,7 +421,8 @@ fn a_removed_model_is_unknown_and_its_pods_and_tickets_carry_on() {
         r.remove_model(MODEL),
         Err(RegistryError::UnknownModel(_))
     ));
-    // Added again, it routes again.
+    assert_eq!(r.models(), vec!["other".into()]);
+    // Added again, it routes again, with the same statistics (one series per name).
     r.add_pod(
         MODEL,
         PodSpec {
@@ -437,6 +438,12 @@ fn a_removed_model_is_unknown_and_its_pods_and_tickets_carry_on() {
         (pods[1], 0),
         "nothing is remembered"
     );
+    let stats = r.stats();
+    let names: Vec<&str> = stats.models.iter().map(|m| &*m.model).collect();
+    assert_eq!(names, [MODEL, "other"]);
+    let routed: u64 = stats.models[0].routed_by_reason.iter().sum();
+    assert_eq!(routed, 2, "before and after the removal");
+    assert_eq!(r.models(), vec![MODEL.into(), "other".into()]);
 }
 
 /// The study's hot50 shape: two pods, the hot family's prefix already indexed on B, 48 hot and
@@ -781,6 +788,13 @@ fn a_snapshot_ages_from_its_scrape_time() {
             .unwrap();
     }
     assert_eq!(seen.len(), 2);
+    // A snapshot's time moves the router's clock: a route passed an earlier time after it
+    // happens at the snapshot's time (its ticket expires a ticket TTL after that).
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    r.observe_engine(pods[0], busy, t(50_000)).unwrap();
+    let d = r.route(RouteRequest::new(MODEL, &[]), t(1_000)).unwrap();
+    let ttl = r.config().ticket_ttl_ms;
+    assert_eq!(r.poll_timeout(), Some(t(50_000 + ttl)), "{d}");
 }
 
 #[test]

@@ -14,8 +14,8 @@ pub struct EngineSnapshot {
     /// Requests waiting (`vllm:num_requests_waiting`).
     pub waiting: u32,
     /// KV cache usage in [0, 1] (`vllm:kv_cache_usage_perc`; with several engines behind one
-    /// address, the fullest), when known. From 0.95 the pod is taken to admit no new sequence
-    /// until one ends.
+    /// address, the fullest), when known. From 0.95 the pod is taken to run no more sequences
+    /// than the snapshot's `running`: a request routed since waits for one of them to end.
     pub kv_usage: Option<f64>,
     /// Prefix-cache queries in tokens, cumulative (`vllm:prefix_cache_queries_total`).
     pub prefix_queries: Option<u64>,

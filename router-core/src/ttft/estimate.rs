@@ -13,8 +13,8 @@ const OVERRUN_TAIL: f64 = 0.4;
 /// The `extra` assumed for a pod no sample has spoken for yet (see the [`super`] docs).
 const UNSAMPLED_EXTRA: f64 = 0.5;
 
-/// The KV-cache usage from which an engine is taken as unable to admit another sequence until
-/// one ends: vLLM schedules a request only if its blocks fit, and at this usage a prompt of a
+/// The KV-cache usage from which an engine is taken to run no more sequences than it was
+/// running: vLLM schedules a request only if its blocks fit, and at this usage a prompt of a
 /// few thousand tokens rarely does.
 const KV_FULL: f64 = 0.95;
 
@@ -68,9 +68,10 @@ fn decode_ms(global: &GlobalModel, tpot: f64, max_output_tokens: Option<u32>) ->
 /// prefills after the requests before it (or until its reported first token), then decodes; one
 /// still open past that is assumed to need [`OVERRUN_TAIL`] of a decode more, or as long again
 /// as it has overrun. A fresh engine snapshot adds the requests the router did not route,
-/// as half-done; if it shows the KV cache at least [`KV_FULL`] used, the new request waits
-/// for a slot to be given back even when the pod has more. The new request then takes the
-/// next slot and prefills after all of them, stalling the requests still decoding then. `scratch` is reused space for the slot heap.
+/// as half-done; if it shows the KV cache at least [`KV_FULL`] used, the pod has only as many
+/// slots as the snapshot shows running. The new request then takes the next slot and
+/// prefills after all of them, stalling the requests still decoding then. `scratch` is reused
+/// space for the slot heap.
 pub(crate) fn estimate(
     pod: &PodModel,
     global: &GlobalModel,
@@ -112,13 +113,17 @@ pub(crate) fn estimate(
             .saturating_sub(engine.own_open)
             .min(MAX_UNSEEN)
     });
-    let kv_full = fresh.is_some_and(|e| e.snapshot.kv_usage.is_some_and(|u| u >= KV_FULL));
+    // An engine whose KV cache is full runs no more sequences than it was running: its slots
+    // are the ones those hold (freed as requests end), not its configured capacity.
+    let capacity = match fresh {
+        Some(e) if e.snapshot.kv_usage.is_some_and(|u| u >= KV_FULL) => {
+            pod.capacity().min(e.snapshot.running.max(1))
+        }
+        _ => pod.capacity(),
+    };
 
-    // An engine whose KV cache is full has no slot for the new request but the ones its
-    // requests hold.
     let takes = pod.open.len() + unseen as usize + 1;
-    let slots_free = if kv_full { (takes - 1).max(1) } else { takes };
-    let slots_free = (pod.capacity() as usize).min(slots_free);
+    let slots_free = (capacity as usize).min(takes);
     let to_us = |ms: f64| (ms * 1_000.0) as u64;
     let unseen_end_ms = now_ms + typical_decode_ms / 2.0;
     // One open request through the replay, given when a slot is free for it: when its prefill
@@ -183,7 +188,7 @@ pub(crate) fn estimate(
     let queue_ms = start - now_ms;
     let own_prefill_ms = prefill_ms(uncached);
     let ttft_ms = queue_ms + pod.overhead_ms.get() + own_prefill_ms;
-    let stall_ms = cfg.stall_weight * own_prefill_ms * decoding as f64 / f64::from(pod.capacity());
+    let stall_ms = cfg.stall_weight * own_prefill_ms * decoding as f64 / f64::from(capacity);
     Estimate {
         ttft_ms,
         stall_ms,
@@ -414,6 +419,17 @@ mod tests {
         // A stale snapshot says nothing.
         assert_eq!(
             estimate(&pod, &g, &c, job, t(2_001), &mut Vec::new()).queue_ms,
+            0.0
+        );
+        // Requests routed after the snapshot queue one after another for the one slot ...
+        pod.open.push(OpenRequest::new(Ticket(2), t(0), 0.0, None));
+        let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(e.queue_ms, 2.0 * 6_350.0, "behind 1, then behind 2");
+        // ... and one that ended since gives its slot back.
+        pod.forget_ticket(Ticket(1));
+        pod.forget_ticket(Ticket(2));
+        assert_eq!(
+            estimate(&pod, &g, &c, job, t(0), &mut Vec::new()).queue_ms,
             0.0
         );
         // The same for a request the engine shows and this router did not send (unseen,

@@ -64,8 +64,9 @@
 //!   requests on the pod when the snapshot was recorded. (Requests routed or completed since
 //!   then are in, or gone from, the open requests already, so neither is counted twice.)
 //!   At most `MAX_UNSEEN` (4,096) are counted. A fresh snapshot whose KV-cache usage is at
-//!   least `KV_FULL` (0.95) also takes the pod's free slots away: the new request's slot is
-//!   the first one a request gives back (vLLM admits a request only when its blocks fit).
+//!   least `KV_FULL` (0.95) also caps `capacity_p` at the sequences it shows running (vLLM
+//!   admits a request only when its blocks fit): requests routed since wait, one after
+//!   another, for those to end; one that ended since frees its slot.
 //! - `prefill_rate_p`, `overhead_p` and `tpot_p` start at configured priors and are learned per
 //!   pod from successful completions (the prompt-side samples, prefill rate or overhead, from
 //!   the first token when the shell reports it, a whole decode earlier); `bytes_per_token` and
