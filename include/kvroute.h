@@ -899,6 +899,17 @@ kvroute_status kvroute_router_detach_pod(struct kvroute_router *router,
                                          kvroute_pod_id pod);
 
 /**
+ * Removes the model (UTF-8, borrowed for the call only): its pods stop serving it (they keep
+ * their other models), its prefix-index entries are purged, and routing it returns
+ * `KVROUTE_STATUS_UNKNOWN_MODEL` until `kvroute_router_add_pod()` attaches a pod to it again.
+ * Its open tickets complete as usual and its statistics are kept. Returns
+ * `KVROUTE_STATUS_UNKNOWN_MODEL` for a model not served, with nothing changed.
+ */
+kvroute_status kvroute_router_remove_model(struct kvroute_router *router,
+                                           const uint8_t *model,
+                                           size_t model_len);
+
+/**
  * Removes the pod: it gets no new requests, its prefix-index entries are purged, and its open
  * tickets become orphans (completing them still succeeds). Its id is never reused. Returns
  * `KVROUTE_STATUS_UNKNOWN_POD` for an id never issued or already removed.

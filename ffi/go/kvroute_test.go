@@ -135,6 +135,15 @@ func TestErrorsAreStatuses(t *testing.T) {
 	if _, err := r.PodInfo(pods[0]); !errors.Is(err, StatusUnknownPod) {
 		t.Fatalf("removed pod: %v", err)
 	}
+	if err := r.RemoveModel("study"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Route("study", nil, "", 3); !errors.Is(err, StatusUnknownModel) {
+		t.Fatalf("removed model: %v", err)
+	}
+	if err := r.RemoveModel("study"); !errors.Is(err, StatusUnknownModel) {
+		t.Fatalf("removed twice: %v", err)
+	}
 }
 
 func TestCloseIsIdempotentAndUseAfterClosePanics(t *testing.T) {

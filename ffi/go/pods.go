@@ -62,6 +62,16 @@ func (r *Router) DetachPod(model string, pod PodID) error {
 	return check(st)
 }
 
+// RemoveModel stops serving model: its pods stop serving it and routing it returns
+// StatusUnknownModel until AddPod attaches a pod to it again.
+func (r *Router) RemoveModel(model string) error {
+	mp, mn := stringArg(model)
+	st := C.kvroute_router_remove_model(r.ptr(), mp, mn)
+	runtime.KeepAlive(r)
+	runtime.KeepAlive(model)
+	return check(st)
+}
+
 // RemovePod removes the pod; its open tickets can still be completed.
 func (r *Router) RemovePod(pod PodID) error {
 	st := C.kvroute_router_remove_pod(r.ptr(), C.kvroute_pod_id(pod))

@@ -142,6 +142,25 @@ pub extern "C" fn kvroute_router_detach_pod(
     }
 }
 
+/// Removes the model (UTF-8, borrowed for the call only): its pods stop serving it (they keep
+/// their other models), its prefix-index entries are purged, and routing it returns
+/// `KVROUTE_STATUS_UNKNOWN_MODEL` until `kvroute_router_add_pod()` attaches a pod to it again.
+/// Its open tickets complete as usual and its statistics are kept. Returns
+/// `KVROUTE_STATUS_UNKNOWN_MODEL` for a model not served, with nothing changed.
+#[no_mangle]
+pub extern "C" fn kvroute_router_remove_model(
+    router: *mut kvroute_router,
+    model: *const u8,
+    model_len: usize,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let model = try_str!(model, model_len);
+        try_status!(try_status!(r.lock()).router.remove_model(model));
+        kvroute_status::Ok
+    }
+}
+
 /// Removes the pod: it gets no new requests, its prefix-index entries are purged, and its open
 /// tickets become orphans (completing them still succeeds). Its id is never reused. Returns
 /// `KVROUTE_STATUS_UNKNOWN_POD` for an id never issued or already removed.

@@ -282,6 +282,12 @@ static void test_router_statuses(void) {
   /* Completing a ticket of a removed pod succeeds (an orphan). */
   CHECK_STATUS(kvroute_router_complete(r, d.ticket, KVROUTE_OUTCOME_FAILED, 23), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_router_complete(r, empty_ticket, KVROUTE_OUTCOME_SUCCESS, 23), KVROUTE_STATUS_OK);
+  /* Removing the model: from "no ready pod" (503) to "unknown model" (400). */
+  CHECK_STATUS(kvroute_router_remove_model(r, S("llama")), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), S(prompt), NULL, 0, 23, &d), KVROUTE_STATUS_UNKNOWN_MODEL);
+  CHECK_STATUS(kvroute_router_remove_model(r, S("llama")), KVROUTE_STATUS_UNKNOWN_MODEL);
+  CHECK_STATUS(kvroute_router_remove_model(r, NULL, 5), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_remove_model(NULL, S("llama")), KVROUTE_STATUS_NULL_PARAMETER);
 
   /* Timers and stats. */
   bool has = true;
@@ -294,7 +300,7 @@ static void test_router_statuses(void) {
   CHECK(st.pods == 1 && st.tickets_issued == 5 && st.tickets_open == 0 && st.in_flight == 0);
   CHECK(st.completed_success == 3 && st.completed_cancelled == 1 && st.completed_failed == 1);
   /* Rejected: 3 completions and 2 first-token reports (unknown ticket, completed ticket). */
-  CHECK(st.tickets_rejected == 5 && st.tickets_orphaned >= 1 && st.unknown_model == 1 && st.no_ready_pod == 2);
+  CHECK(st.tickets_rejected == 5 && st.tickets_orphaned >= 1 && st.unknown_model == 2 && st.no_ready_pod == 2);
   CHECK(st.routed_by_reason[KVROUTE_REASON_PREFIX_MATCH] == 1);
   CHECK_STATUS(kvroute_router_stats(NULL, &st), KVROUTE_STATUS_NULL_PARAMETER);
 
