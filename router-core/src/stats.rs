@@ -58,7 +58,8 @@ impl ModelStats {
 /// A snapshot of every counter.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RouterStats {
-    /// Per model, in the order models were first seen.
+    /// Per model ever added (removed ones too: counters do not restart), in the order models
+    /// were first added.
     pub models: Vec<ModelStats>,
     /// Every live pod.
     pub pods: Vec<PodInfo>,
