@@ -425,8 +425,10 @@ mod tests {
         pod.open.push(OpenRequest::new(Ticket(2), t(0), 0.0, None));
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.queue_ms, 2.0 * 6_350.0, "behind 1, then behind 2");
-        // ... and one that ended since gives its slot back.
+        // ... and each that ends gives its slot to the next in line.
         pod.forget_ticket(Ticket(1));
+        let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(e.queue_ms, 6_350.0, "behind 2 only");
         pod.forget_ticket(Ticket(2));
         assert_eq!(
             estimate(&pod, &g, &c, job, t(0), &mut Vec::new()).queue_ms,
