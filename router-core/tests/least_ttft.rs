@@ -1,0 +1,489 @@
+//! `least-ttft` through the router façade: pricing cache hits against queueing, learning from
+//! completions, first tokens and engine snapshots, and the limits on what callers report.
+
+mod common;
+
+use common::{router_with_pods, salt, study_prompt, t, MODEL};
+use kvroute_core::{
+    Completion, Outcome, Reason, RouteRequest, Router, RouterConfig, Strategy, StrategySpec,
+    TicketError,
+};
+
+fn ttft_config() -> RouterConfig {
+    RouterConfig {
+        seed: 21,
+        default_strategy: Strategy::LeastTtft.into(),
+        ttft: kvroute_core::TtftConfig {
+            engine_block_tokens: 1_568,
+            max_seqs: 8,
+            bytes_per_token: 5.6,
+            tpot_ms: 57.0,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// least-ttft keeps a family on its cached pod while there is room, and spills to the other
+/// pod (paying one cold prefill) once waiting for a slot would cost more than prefilling.
+/// Arrivals at the study's 1.6 requests/s.
+#[test]
+fn least_ttft_prices_cache_hits_against_queueing() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    let mut rng = fastrand::Rng::with_seed(1);
+    let s = salt(&mut rng);
+    let h = r.hash_config().hashes(study_prompt(&s, 0, 1).as_bytes());
+    let first = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    assert_eq!(first.reason, Reason::LeastTtft);
+    let home = first.pod;
+    let mut placed = vec![home];
+    for i in 1..12u64 {
+        let h = r
+            .hash_config()
+            .hashes(study_prompt(&s, 0, 1 + i as u32).as_bytes());
+        let d = r.route(RouteRequest::new(MODEL, &h), t(i * 625)).unwrap();
+        assert!(d.prediction.runner_up_ttft_ms.is_some());
+        assert!(d.to_string().contains("runner_up_ttft_ms="), "{d}");
+        placed.push(d.pod);
+    }
+    let on_home = placed.iter().filter(|p| **p == home).count();
+    assert!(
+        placed[..8].iter().all(|p| *p == home),
+        "hits while the home pod has free slots: {placed:?}"
+    );
+    assert!(on_home < 12, "spills once the home pod is full: {placed:?}");
+    let other = pods.iter().find(|p| **p != home).unwrap();
+    // Once spilled, the other pod holds the prefix too and later requests find hits there.
+    let d = r.route(RouteRequest::new(MODEL, &h), t(12 * 625)).unwrap();
+    if d.pod == *other {
+        assert!(d.matched_blocks > 0);
+    }
+    r.check_invariants().unwrap();
+}
+
+/// Completion timings teach the model: a pod reported slow gets its prefill rate lowered.
+#[test]
+fn least_ttft_learns_from_completion_timings() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    let prompt = vec![b'a'; 28_000];
+    let mut worst_seen = 0;
+    for i in 0..20u64 {
+        let mut p = prompt.clone();
+        p[0] = b'A' + (i % 26) as u8; // fresh prefix every time: no cache hits
+        let h = r.hash_config().hashes(&p);
+        let d = r
+            .route(
+                RouteRequest::new(MODEL, &h)
+                    .with_strategy(&StrategySpec::single(Strategy::LeastRequest)),
+                t(i * 10_000),
+            )
+            .unwrap();
+        // pods[0] prefills at 1,000 tokens/s, pods[1] at the prior's 3,000.
+        let rate = if d.pod == pods[0] { 1_000.0 } else { 3_000.0 };
+        let ttft = 50 + (f64::from(d.prediction.prompt_tokens) / rate * 1000.0) as u64;
+        let timings = kvroute_core::Timings {
+            first_token_ms: Some(ttft),
+            total_ms: Some(ttft + 127 * 57),
+            output_tokens: Some(128),
+            prompt_tokens: Some(d.prediction.prompt_tokens),
+            cached_tokens: Some(0),
+        };
+        r.complete(
+            d.ticket,
+            Completion {
+                outcome: Outcome::Success,
+                timings,
+            },
+            t(i * 10_000 + 9_000),
+        )
+        .unwrap();
+        worst_seen = worst_seen.max(ttft);
+    }
+    let h = r.hash_config().hashes(&[b'z'; 28_000]);
+    let d = r.route(RouteRequest::new(MODEL, &h), t(300_000)).unwrap();
+    assert_eq!(d.pod, pods[1], "the slow pod is avoided once learned: {d}");
+    let slow = d.prediction.runner_up_ttft_ms.unwrap();
+    assert!(slow > d.prediction.ttft_ms * 2, "learned the 3x gap: {d}");
+    // Failed completions teach nothing.
+    let before = r.route(RouteRequest::new(MODEL, &h), t(300_001)).unwrap();
+    let timings = kvroute_core::Timings {
+        first_token_ms: Some(1),
+        ..Default::default()
+    };
+    r.complete(
+        before.ticket,
+        Completion {
+            outcome: Outcome::Failed,
+            timings,
+        },
+        t(300_002),
+    )
+    .unwrap();
+    let after = r.route(RouteRequest::new(MODEL, &h), t(300_003)).unwrap();
+    assert_eq!(
+        before.prediction.runner_up_ttft_ms.is_some(),
+        after.prediction.runner_up_ttft_ms.is_some()
+    );
+    assert!(worst_seen > 0);
+}
+
+/// A first token reported while the request is still decoding teaches the prefill rate at once
+/// (a decode before its completion would), the completion does not learn it a second time,
+/// and reports for unknown or closed tickets are typed errors that change nothing.
+#[test]
+fn first_tokens_teach_before_the_completion_and_only_once() {
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let fresh = |i: u8| {
+        let mut p = vec![b'a'; 28_000];
+        p[0] = i; // a fresh prefix every time: no index hits
+        p
+    };
+    let route = |r: &mut Router, i: u8, at: u64| {
+        let h = r.hash_config().hashes(&fresh(i));
+        r.route(RouteRequest::new(MODEL, &h), t(at)).unwrap()
+    };
+    // The engine reused nothing and prefills at 1,000 tokens/s (the prior says 3,000).
+    let first = |d: &kvroute_core::Decision| kvroute_core::Timings {
+        first_token_ms: Some(50 + u64::from(d.prediction.prompt_tokens)),
+        prompt_tokens: Some(d.prediction.prompt_tokens),
+        cached_tokens: Some(0),
+        ..Default::default()
+    };
+    let d0 = route(&mut r, 0, 0);
+    let prior = d0.prediction.ttft_ms;
+    r.first_token(d0.ticket, first(&d0), t(5_050)).unwrap();
+    // A second report for the same ticket is ignored.
+    r.first_token(d0.ticket, first(&d0), t(5_060)).unwrap();
+    let d1 = route(&mut r, 1, 6_000);
+    let taught = d1.prediction.ttft_ms;
+    assert!(
+        taught > prior + 1_000,
+        "one first token slowed the predicted prefill: {prior} -> {taught} ms"
+    );
+    // The completion carries the same first token; it is not learned again.
+    let done = Completion {
+        outcome: Outcome::Success,
+        timings: kvroute_core::Timings {
+            total_ms: Some(12_000),
+            output_tokens: Some(128),
+            ..first(&d0)
+        },
+    };
+    r.complete(d0.ticket, done, t(12_000)).unwrap();
+    r.complete(d1.ticket, Completion::new(Outcome::Cancelled), t(12_001))
+        .unwrap();
+    let d2 = route(&mut r, 2, 13_000);
+    assert_eq!(d2.pod, pods[0]);
+    assert_eq!(
+        d2.prediction.ttft_ms, taught,
+        "the completion taught the prefill rate nothing new"
+    );
+    // Without a first-token time the report counts from routing to its `now`.
+    let (mut r2, _) = router_with_pods(1, ttft_config());
+    let e0 = route(&mut r2, 0, 0);
+    let untimed = kvroute_core::Timings {
+        first_token_ms: None,
+        ..first(&e0)
+    };
+    r2.first_token(
+        e0.ticket,
+        untimed,
+        t(50 + u64::from(e0.prediction.prompt_tokens)),
+    )
+    .unwrap();
+    assert_eq!(route(&mut r2, 1, 6_000).prediction.ttft_ms, taught);
+    // Unknown and closed tickets are errors.
+    let unknown = kvroute_core::Ticket::from_u64(999);
+    assert_eq!(
+        r.first_token(unknown, first(&d2), t(13_001)),
+        Err(TicketError::NeverIssued(unknown))
+    );
+    assert_eq!(
+        r.first_token(d0.ticket, first(&d0), t(13_002)),
+        Err(TicketError::NotOpen(d0.ticket))
+    );
+    r.check_invariants().unwrap();
+}
+
+#[test]
+fn engine_snapshots_show_load_from_other_routers_until_stale() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    // pods[0] reports a full engine (another router's traffic); pods[1] is idle.
+    let busy = kvroute_core::EngineSnapshot {
+        running: 8,
+        waiting: 4,
+        ..Default::default()
+    };
+    r.observe_engine(pods[0], busy, t(1_000)).unwrap();
+    for i in 0..4 {
+        let d = r
+            .route(RouteRequest::new(MODEL, &[]), t(1_000 + i))
+            .unwrap();
+        assert_eq!(d.pod, pods[1], "{d}");
+        r.complete(d.ticket, Outcome::Success.into(), t(1_000 + i))
+            .unwrap();
+    }
+    // After snapshot_max_age_ms (2 s) it is ignored and both pods are candidates again.
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..20 {
+        let d = r
+            .route(RouteRequest::new(MODEL, &[]), t(3_100 + i))
+            .unwrap();
+        seen.insert(d.pod);
+        r.complete(d.ticket, Outcome::Success.into(), t(3_100 + i))
+            .unwrap();
+    }
+    assert_eq!(seen.len(), 2);
+    assert!(r
+        .observe_engine(kvroute_core::PodId::from_u32(77), busy, t(0))
+        .is_err());
+}
+
+#[test]
+fn a_snapshot_ages_from_its_scrape_time() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    let busy = kvroute_core::EngineSnapshot {
+        running: 8,
+        waiting: 4,
+        ..Default::default()
+    };
+    // Scraped at 1,000 and passed in after a call at 2,500: 1.5 s old already.
+    let d = r.route(RouteRequest::new(MODEL, &[]), t(2_500)).unwrap();
+    r.complete(d.ticket, Outcome::Success.into(), t(2_500))
+        .unwrap();
+    r.observe_engine(pods[0], busy, t(1_000)).unwrap();
+    let fresh = r.route(RouteRequest::new(MODEL, &[]), t(2_900)).unwrap();
+    assert_eq!(fresh.pod, pods[1], "{fresh}");
+    r.complete(fresh.ticket, Outcome::Success.into(), t(2_900))
+        .unwrap();
+    // Stale 2 s after the scrape, not 2 s after it was passed in.
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..20 {
+        let d = r
+            .route(RouteRequest::new(MODEL, &[]), t(3_001 + i))
+            .unwrap();
+        seen.insert(d.pod);
+        r.complete(d.ticket, Outcome::Success.into(), t(3_001 + i))
+            .unwrap();
+    }
+    assert_eq!(seen.len(), 2);
+    // A snapshot's time moves the router's clock: a route passed an earlier time after it
+    // happens at the snapshot's time (its ticket expires a ticket TTL after that).
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    r.observe_engine(pods[0], busy, t(50_000)).unwrap();
+    let d = r.route(RouteRequest::new(MODEL, &[]), t(1_000)).unwrap();
+    let ttl = r.config().ticket_ttl_ms;
+    assert_eq!(r.poll_timeout(), Some(t(50_000 + ttl)), "{d}");
+}
+
+#[test]
+fn reported_times_longer_than_the_time_since_routing_are_cut_to_it() {
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let prompt = [b'x'; 28_000];
+    let h = r.hash_config().hashes(&prompt);
+    let first = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    // A first token reported as an epoch timestamp in ms, 100 ms after routing.
+    let epoch = kvroute_core::Timings {
+        first_token_ms: Some(1_764_000_000_000),
+        ..Default::default()
+    };
+    r.first_token(first.ticket, epoch, t(100)).unwrap();
+    // Its prefill is over by now, not 56 years from now: a request routed next waits for no
+    // prefill backlog (one slot of 8 is taken).
+    let next = r.route(RouteRequest::new(MODEL, &[]), t(200)).unwrap();
+    assert_eq!(next.pod, pods[0]);
+    assert_eq!(next.prediction.queue_ms, 0, "{next}");
+    r.check_invariants().unwrap();
+
+    // The same at a completion: a request on an idle pod whose first token and end are
+    // reported as timestamps teaches a prefill rate from the 1,000 ms that passed. (Taken
+    // as they are, its prefill would have lasted 56 years: the rate would drop to the third
+    // of the prior that one sample may cut it to.)
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let before = r.pod(pods[0]).unwrap().prefill_tokens_per_s;
+    let d = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    let done = kvroute_core::Timings {
+        first_token_ms: Some(1_764_000_000_000),
+        total_ms: Some(1_764_000_000_000),
+        output_tokens: Some(128),
+        ..Default::default()
+    };
+    let completion = kvroute_core::Completion {
+        outcome: Outcome::Success,
+        timings: done,
+    };
+    r.complete(d.ticket, completion, t(1_000)).unwrap();
+    let after = r.pod(pods[0]).unwrap().prefill_tokens_per_s;
+    assert!(after > before / 2.0, "{before} -> {after}");
+}
+
+/// A stream shows usage only at its end (without vLLM's continuous usage stats): a first token
+/// reported without prompt tokens teaches the prefill side, and the completion's usage still
+/// teaches the bytes per token.
+#[test]
+fn usage_missing_at_the_first_token_is_learned_at_the_completion() {
+    let (mut r, _) = router_with_pods(1, ttft_config());
+    let h = r.hash_config().hashes(&[b'q'; 28_000]);
+    let d = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    let first = kvroute_core::Timings {
+        first_token_ms: Some(900),
+        ..Default::default()
+    };
+    assert!(d.prediction.cached_tokens > 0, "the pod's probe: {d}");
+    r.first_token(d.ticket, first, t(900)).unwrap();
+    assert_eq!(r.stats().prompt_bytes_per_token, 5.6, "the prior");
+    // Without cached tokens the probe has not answered: the next request is not a second one.
+    let h2 = r.hash_config().hashes(&[b'r'; 28_000]);
+    let next = r.route(RouteRequest::new(MODEL, &h2), t(901)).unwrap();
+    assert_eq!(next.prediction.cached_tokens, 0, "{next}");
+    let usage = kvroute_core::Timings {
+        first_token_ms: Some(900),
+        total_ms: Some(8_000),
+        output_tokens: Some(128),
+        prompt_tokens: Some(3_496), // 27,968 bytes counted: 8 bytes per token
+        cached_tokens: Some(0),
+    };
+    let done = Completion {
+        outcome: Outcome::Success,
+        timings: usage,
+    };
+    r.complete(d.ticket, done, t(8_000)).unwrap();
+    let learned = r.stats().prompt_bytes_per_token;
+    assert!(
+        (learned - 6.08).abs() < 0.01,
+        "one EWMA step to 8: {learned}"
+    );
+}
+
+/// Each part of the prompt side is learned once per request: after a first token that carried
+/// its time and usage, the completion's (here different) ones teach nothing more.
+#[test]
+fn a_first_token_with_usage_is_not_learned_again_at_the_completion() {
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let h = r.hash_config().hashes(&[b'q'; 28_000]);
+    let d = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+    let first = kvroute_core::Timings {
+        first_token_ms: Some(900),
+        prompt_tokens: Some(3_496), // 8 bytes per token
+        cached_tokens: Some(0),
+        ..Default::default()
+    };
+    r.first_token(d.ticket, first, t(900)).unwrap();
+    let learned = |r: &Router| {
+        let rate = r.pod(pods[0]).unwrap().prefill_tokens_per_s;
+        (r.stats().prompt_bytes_per_token, rate)
+    };
+    let after_first = learned(&r);
+    assert_ne!(after_first, (5.6, 3_000.0), "the first token taught both");
+    let other = kvroute_core::Timings {
+        first_token_ms: Some(300),
+        total_ms: Some(8_000),
+        output_tokens: Some(128),
+        prompt_tokens: Some(6_992), // 4 bytes per token
+        cached_tokens: Some(0),
+    };
+    let done = Completion {
+        outcome: Outcome::Success,
+        timings: other,
+    };
+    r.complete(d.ticket, done, t(8_000)).unwrap();
+    assert_eq!(learned(&r), after_first);
+}
+
+/// A request's output-token limit bounds the decode predicted for it, so the slot it holds is
+/// predicted free sooner; a generous limit changes nothing.
+#[test]
+fn an_output_token_limit_frees_the_predicted_slot_sooner() {
+    let one_slot = RouterConfig {
+        ttft: kvroute_core::TtftConfig {
+            max_seqs: 1,
+            ..ttft_config().ttft
+        },
+        ..ttft_config()
+    };
+    let queue_behind = |limit: Option<u32>| {
+        let (mut r, _) = router_with_pods(1, one_slot.clone());
+        let h = r.hash_config().hashes(&[b'q'; 28_000]);
+        let first = RouteRequest::new(MODEL, &h).with_max_output_tokens(limit);
+        r.route(first, t(0)).unwrap();
+        let h = r.hash_config().hashes(&[b'r'; 28_000]);
+        r.route(RouteRequest::new(MODEL, &h), t(0))
+            .unwrap()
+            .prediction
+            .queue_ms
+    };
+    let unlimited = queue_behind(None);
+    // The expected output (128 tokens at 57 ms) against 2 tokens (1 after the first).
+    assert_eq!(unlimited - queue_behind(Some(2)), 126 * 57);
+    assert_eq!(queue_behind(Some(4_096)), unlimited);
+}
+
+/// Where completions carry no prompt tokens (behind Envoy, untimed), the first engine window
+/// replaces the bytes-per-token prior: it is one exact ratio over whole prompts.
+#[test]
+fn an_engine_window_replaces_the_bytes_per_token_prior() {
+    let (mut r, pods) = router_with_pods(1, ttft_config());
+    let snap = |queries| kvroute_core::EngineSnapshot {
+        prefix_queries: Some(queries),
+        prefix_hits: Some(0),
+        ..Default::default()
+    };
+    r.observe_engine(pods[0], snap(0), t(0)).unwrap();
+    for i in 0..2u8 {
+        let mut p = vec![b'a'; 28_000];
+        p[0] = i;
+        let h = r.hash_config().hashes(&p);
+        let d = r.route(RouteRequest::new(MODEL, &h), t(1)).unwrap();
+        let total_only = kvroute_core::Timings {
+            total_ms: Some(5_000),
+            ..Default::default()
+        };
+        let done = Completion {
+            outcome: Outcome::Success,
+            timings: total_only,
+        };
+        r.complete(d.ticket, done, t(5_001)).unwrap();
+    }
+    assert_eq!(r.stats().prompt_bytes_per_token, 5.6, "the prior");
+    // The engine scheduled 7,000 tokens for the two 28,000-byte prompts: 8 bytes per token
+    // (the router counts prompt bytes in whole hash blocks: 27,968 each).
+    r.observe_engine(pods[0], snap(7_000), t(5_002)).unwrap();
+    let learned = r.stats().prompt_bytes_per_token;
+    assert!((learned - 8.0).abs() < 0.02, "{learned}");
+}
+
+#[test]
+fn reconfigure_takes_new_priors_where_nothing_was_learned() {
+    let (mut r, pods) = router_with_pods(2, ttft_config());
+    // pods[0] learns a TPOT of 20 ms from one completion; nothing else is learned.
+    let d = r.route(RouteRequest::new(MODEL, &[]), t(0)).unwrap();
+    let learned = kvroute_core::Timings {
+        first_token_ms: Some(100),
+        total_ms: Some(100 + 127 * 20),
+        ..Default::default()
+    };
+    let done = kvroute_core::Completion {
+        outcome: Outcome::Success,
+        timings: kvroute_core::Timings {
+            output_tokens: Some(128),
+            ..learned
+        },
+    };
+    r.complete(d.ticket, done, t(3_000)).unwrap();
+    let tpot = |r: &Router, p| r.pod(p).unwrap().tpot_ms;
+    let (taught, other) = if d.pod == pods[0] {
+        (pods[0], pods[1])
+    } else {
+        (pods[1], pods[0])
+    };
+    let learned_tpot = tpot(&r, taught);
+    let mut next = ttft_config();
+    next.ttft.tpot_ms = 80.0;
+    next.ttft.prefill_tokens_per_s = 9_000.0;
+    next.ttft.bytes_per_token = 3.0;
+    r.reconfigure(next).unwrap();
+    assert_eq!(tpot(&r, taught), learned_tpot, "learned: kept");
+    assert_eq!(tpot(&r, other), 80.0, "never learned: the new prior");
+    assert_eq!(r.pod(other).unwrap().prefill_tokens_per_s, 9_000.0);
+    assert_eq!(r.stats().prompt_bytes_per_token, 3.0);
+}
