@@ -1,4 +1,4 @@
-//! The `kvroute-sim` command line: `study`, `run`, `serve` and `replay`.
+//! The `kvroute-sim` command line: `study`, `bar`, `run`, `serve` and `replay`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,6 +22,10 @@ pub struct Cli {
 enum Command {
     /// Simulate the seed study: four scenarios × the study's three strategies and least-ttft × two rounds.
     Study(StudyArgs),
+    /// Hold a strategy to issue 6's bar against the study's three, phase by phase: within-SLO
+    /// count ≥ the best of them, TTFT P95 ≤ 1.1× the best, token hits ≥ least-request's. Exits
+    /// with 1 if a phase misses it.
+    Bar(BarArgs),
     /// Simulate a JSONL trace through the router and simulated replicas.
     Run(RunArgs),
     /// Serve the engine model in real time as a fake vLLM server.
@@ -87,8 +91,9 @@ fn ms_to_us(ms: f64) -> u64 {
     }
 }
 
+/// What shapes a simulated study phase (shared by `study` and `bar`).
 #[derive(Args, Debug)]
-struct StudyArgs {
+struct PhaseArgs {
     /// Another draw of salts and router randomness (0 = the study's); the family order stays the
     /// round's. For checking how robust a result is.
     #[arg(long, default_value_t = 0)]
@@ -121,20 +126,99 @@ struct StudyArgs {
     /// Arrivals per second (the study's: 1.6).
     #[arg(long, default_value_t = crate::workload::STUDY_RATE)]
     rate: f64,
-    /// Write records (JSONL), the summary (JSON) and one SVG plot per scenario here.
-    #[arg(long)]
-    out: Option<PathBuf>,
     /// Only this round (1 or 2).
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
     round: Option<u8>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+impl PhaseArgs {
+    /// The study configuration these flags give (with the default strategies), or the error
+    /// printed and exit code 2.
+    fn config(&self) -> Result<crate::study::StudyConfig, ExitCode> {
+        let usage = |msg: String| {
+            eprintln!("error: {msg}");
+            ExitCode::from(2)
+        };
+        let Some(arrivals) = crate::workload::ArrivalProcess::parse(&self.arrivals) else {
+            return Err(usage(format!(
+                "--arrivals must be poisson or uniform, got {:?}",
+                self.arrivals
+            )));
+        };
+        let Some(feedback) = crate::cluster::Feedback::parse(&self.feedback) else {
+            return Err(usage(format!(
+                "--feedback must be streaming, envoy or total-only, got {:?}",
+                self.feedback
+            )));
+        };
+        if self.replicas == 0 || self.replicas > 4096 {
+            return Err(usage("--replicas must be between 1 and 4096".into()));
+        }
+        if !(self.prior_scale.is_finite() && self.prior_scale > 0.0) {
+            return Err(usage("--prior-scale must be a positive number".into()));
+        }
+        if !(self.rate.is_finite() && self.rate > 0.0) {
+            return Err(usage(
+                "--rate must be a positive number of requests per second".into(),
+            ));
+        }
+        let engine = self.engine.config();
+        if let Err(e) = engine.validate() {
+            return Err(usage(e.to_string()));
+        }
+        let mut cfg = crate::study::StudyConfig {
+            engine,
+            variant: self.variant,
+            arrivals,
+            observe_engines: !self.no_engine_snapshots,
+            snapshot_every_ms: self.snapshot_every_ms,
+            feedback,
+            router_max_seqs: self.router_max_seqs,
+            ttft_priors: crate::study::scaled_priors(self.prior_scale),
+            replicas: self.replicas,
+            rate: self.rate,
+            ..Default::default()
+        };
+        if let Some(r) = self.round {
+            cfg.rounds = vec![r];
+        }
+        Ok(cfg)
+    }
+}
+
+#[derive(Args, Debug)]
+struct StudyArgs {
+    #[command(flatten)]
+    phase: PhaseArgs,
+    /// Write records (JSONL), the summary (JSON) and one SVG plot per scenario here.
+    #[arg(long)]
+    out: Option<PathBuf>,
     /// Strategies (core spec strings), in table order (default: random least-request prefix-cache).
     #[arg(long = "strategy", num_args = 1..)]
     strategies: Vec<String>,
     /// Print every phase's selection reasons, guard events and peak queues.
     #[arg(long)]
     verbose: bool,
+}
+
+#[derive(Args, Debug)]
+struct BarArgs {
     #[command(flatten)]
-    engine: EngineArgs,
+    phase: PhaseArgs,
+    /// The strategy held to the bar (a core spec string).
+    #[arg(long, default_value = "least-ttft")]
+    candidate: String,
+    /// Draws of salts and router randomness: --variant and the next ones.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    draws: u64,
+    /// TTFT P95 allowed, as a multiple of the best baseline's.
+    #[arg(long, default_value_t = crate::bar::Bar::default().ttft_ratio)]
+    ttft_ratio: f64,
+    /// Requests within SLO the candidate may have fewer than the best baseline.
+    #[arg(long, default_value_t = 0)]
+    slo_slack: usize,
 }
 
 #[derive(Args, Debug)]
@@ -239,6 +323,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Study(a) => study_cmd(a),
+        Command::Bar(a) => bar_cmd(a),
         Command::Run(a) => run_cmd(a),
         Command::Serve(a) => serve_cmd(a),
         Command::Replay(a) => replay_cmd(a),
@@ -366,12 +451,12 @@ fn replay_cmd(a: ReplayArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn parse_specs(names: &[String]) -> Result<Vec<kvroute_core::StrategySpec>, ExitCode> {
+fn parse_specs(flag: &str, names: &[String]) -> Result<Vec<kvroute_core::StrategySpec>, ExitCode> {
     names
         .iter()
         .map(|n| {
             kvroute_core::StrategySpec::parse(n).map_err(|e| {
-                eprintln!("error: --strategy {n:?}: {e}");
+                eprintln!("error: {flag} {n:?}: {e}");
                 ExitCode::from(2)
             })
         })
@@ -379,57 +464,15 @@ fn parse_specs(names: &[String]) -> Result<Vec<kvroute_core::StrategySpec>, Exit
 }
 
 fn study_cmd(a: StudyArgs) -> ExitCode {
-    let Some(arrivals) = crate::workload::ArrivalProcess::parse(&a.arrivals) else {
-        eprintln!(
-            "error: --arrivals must be poisson or uniform, got {:?}",
-            a.arrivals
-        );
-        return ExitCode::from(2);
+    let mut cfg = match a.phase.config() {
+        Ok(c) => c,
+        Err(code) => return code,
     };
-    let Some(feedback) = crate::cluster::Feedback::parse(&a.feedback) else {
-        eprintln!(
-            "error: --feedback must be streaming, envoy or total-only, got {:?}",
-            a.feedback
-        );
-        return ExitCode::from(2);
-    };
-    let mut cfg = crate::study::StudyConfig {
-        engine: a.engine.config(),
-        variant: a.variant,
-        arrivals,
-        observe_engines: !a.no_engine_snapshots,
-        snapshot_every_ms: a.snapshot_every_ms,
-        feedback,
-        router_max_seqs: a.router_max_seqs,
-        ttft_priors: crate::study::scaled_priors(a.prior_scale),
-        replicas: a.replicas,
-        rate: a.rate,
-        ..Default::default()
-    };
-    if a.replicas == 0 || a.replicas > 4096 {
-        eprintln!("error: --replicas must be between 1 and 4096");
-        return ExitCode::from(2);
-    }
-    if !(a.prior_scale.is_finite() && a.prior_scale > 0.0) {
-        eprintln!("error: --prior-scale must be a positive number");
-        return ExitCode::from(2);
-    }
-    if !(a.rate.is_finite() && a.rate > 0.0) {
-        eprintln!("error: --rate must be a positive number of requests per second");
-        return ExitCode::from(2);
-    }
-    if let Err(e) = cfg.engine.validate() {
-        eprintln!("error: {e}");
-        return ExitCode::from(2);
-    }
     if !a.strategies.is_empty() {
-        match parse_specs(&a.strategies) {
+        match parse_specs("--strategy", &a.strategies) {
             Ok(s) => cfg.strategies = s,
             Err(c) => return c,
         }
-    }
-    if let Some(r) = a.round {
-        cfg.rounds = vec![r];
     }
     let cpu0 = crate::cpu::process_cpu_seconds();
     let wall = std::time::Instant::now();
@@ -474,6 +517,56 @@ fn study_cmd(a: StudyArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn bar_cmd(a: BarArgs) -> ExitCode {
+    let cfg = match a.phase.config() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let candidate = match parse_specs("--candidate", std::slice::from_ref(&a.candidate)) {
+        Ok(mut s) => s.remove(0),
+        Err(code) => return code,
+    };
+    if !(a.ttft_ratio.is_finite() && a.ttft_ratio > 0.0) {
+        eprintln!("error: --ttft-ratio must be a positive number");
+        return ExitCode::from(2);
+    }
+    let bar = crate::bar::Bar {
+        slo_slack: a.slo_slack,
+        ttft_ratio: a.ttft_ratio,
+        ..crate::bar::Bar::default()
+    };
+    let mut rows = Vec::new();
+    for variant in cfg.variant..cfg.variant.saturating_add(a.draws) {
+        let draw = crate::study::StudyConfig {
+            variant,
+            ..cfg.clone()
+        };
+        match crate::bar::compare(&draw, &candidate) {
+            Ok(r) => rows.extend(r.into_iter().map(|row| (variant, row))),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    print!("{}", crate::bar::table(&candidate, &rows, &bar));
+    let missed = rows
+        .iter()
+        .filter(|(_, r)| !r.misses(&bar).is_empty())
+        .count();
+    let misses: usize = rows.iter().map(|(_, r)| r.misses(&bar).len()).sum();
+    println!(
+        "{candidate}: {misses} misses in {missed} of {} phases ({} draws)",
+        rows.len(),
+        a.draws
+    );
+    if misses == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn run_cmd(a: RunArgs) -> ExitCode {
     let text = match std::fs::read_to_string(&a.trace) {
         Ok(t) => t,
@@ -496,7 +589,7 @@ fn run_cmd(a: RunArgs) -> ExitCode {
     let specs = if a.strategies.is_empty() {
         vec![kvroute_core::StrategySpec::default()]
     } else {
-        match parse_specs(&a.strategies) {
+        match parse_specs("--strategy", &a.strategies) {
             Ok(s) => s,
             Err(c) => return c,
         }

@@ -10,6 +10,7 @@
 //! - [`workload`]: the study's scenarios and the JSONL trace format;
 //! - [`cluster`]: the discrete-event loop (router + replicas + client);
 //! - [`study`]: the study's phases and rounds;
+//! - [`bar`]: issue 6's bar, a strategy against the study's three phase by phase;
 //! - [`report`]: metrics, the study table and per-request records;
 //! - [`plot`]: the SVG plot of TTFT over time;
 //! - [`serve`]: the fake vLLM HTTP server;
@@ -18,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod bar;
 pub mod cli;
 pub mod cluster;
 pub mod cpu;

@@ -258,18 +258,27 @@ pub fn run_phase(
     })
 }
 
+/// The (round, scenario) pairs `cfg` selects, round by round: its scenarios, or the study's
+/// four of each round.
+pub fn phases(cfg: &StudyConfig) -> Vec<(u8, Scenario)> {
+    cfg.rounds
+        .iter()
+        .flat_map(|&round| {
+            let scenarios = cfg
+                .scenarios
+                .clone()
+                .unwrap_or_else(|| Scenario::study(round).to_vec());
+            scenarios.into_iter().map(move |s| (round, s))
+        })
+        .collect()
+}
+
 /// Simulates every phase, rows in the study table's order (scenario, round, strategy).
 pub fn run_study(cfg: &StudyConfig) -> Result<Vec<PhaseResult>, SimError> {
     let mut out = Vec::new();
-    for &round in &cfg.rounds {
-        let scenarios = cfg
-            .scenarios
-            .clone()
-            .unwrap_or_else(|| Scenario::study(round).to_vec());
-        for &scenario in &scenarios {
-            for strategy in &cfg.strategies {
-                out.push(run_phase(cfg, scenario, round, strategy)?);
-            }
+    for (round, scenario) in phases(cfg) {
+        for strategy in &cfg.strategies {
+            out.push(run_phase(cfg, scenario, round, strategy)?);
         }
     }
     let rank = |p: &PhaseResult| {

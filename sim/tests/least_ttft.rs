@@ -8,93 +8,41 @@
 //! warm phases hit 93.3% whatever the strategy).
 
 use kvroute_core::{Strategy, StrategySpec, TtftConfig};
+use kvroute_sim::bar::{self, Bar, BarRow};
 use kvroute_sim::cluster::Feedback;
-use kvroute_sim::study::{run_phase, scaled_priors, PhaseResult, StudyConfig};
-use kvroute_sim::workload::Scenario;
+use kvroute_sim::study::{scaled_priors, StudyConfig};
 
-const BASELINES: [Strategy; 3] = [
-    Strategy::Random,
-    Strategy::LeastRequest,
-    Strategy::PrefixCache,
-];
-
-struct Row {
-    label: String,
-    slo: usize,
-    best_slo: usize,
-    ttft: f64,
-    best_ttft: f64,
-    hit: f64,
-    least_request_hit: f64,
-}
-
-fn run(cfg: &StudyConfig, scenario: Scenario, round: u8, strategy: Strategy) -> PhaseResult {
-    run_phase(cfg, scenario, round, &StrategySpec::single(strategy))
-        .expect("valid study configuration")
-}
-
-/// least-ttft and the best baseline, phase by phase (printed under `name`).
-fn compare(name: &str, cfg: &StudyConfig) -> Vec<Row> {
-    let mut rows = Vec::new();
-    for round in [1, 2] {
-        for scenario in Scenario::study(round) {
-            let ours = run(cfg, scenario, round, Strategy::LeastTtft);
-            let base: Vec<PhaseResult> = BASELINES
-                .iter()
-                .map(|s| run(cfg, scenario, round, *s))
-                .collect();
-            let ttft = |p: &PhaseResult| p.summary.ttft_p95_s.unwrap_or(f64::INFINITY);
-            let hit = |p: &PhaseResult| p.summary.token_hit.unwrap_or(0.0) * 100.0;
-            rows.push(Row {
-                label: kvroute_sim::study::label(scenario, round),
-                slo: ours.summary.within_slo,
-                best_slo: base.iter().map(|p| p.summary.within_slo).max().unwrap_or(0),
-                ttft: ttft(&ours),
-                best_ttft: base.iter().map(ttft).fold(f64::INFINITY, f64::min),
-                hit: hit(&ours),
-                least_request_hit: hit(&base[1]),
-            });
-        }
-    }
-    let mut out = format!("-- {name}\n");
-    for r in &rows {
-        out.push_str(&format!(
-            "{:<12} least-ttft SLO {:>2} (best other {:>2})  TTFT P95 {:.3} s (best other {:.3})  hit {:.1}% (least-request {:.1}%)\n",
-            r.label, r.slo, r.best_slo, r.ttft, r.best_ttft, r.hit, r.least_request_hit
-        ));
-    }
-    print!("{out}");
+/// least-ttft against the best baseline, phase by phase (printed under `name`).
+fn compare(name: &str, cfg: &StudyConfig) -> Vec<BarRow> {
+    let candidate = StrategySpec::single(Strategy::LeastTtft);
+    let rows = bar::compare(cfg, &candidate).expect("valid study configuration");
+    let numbered: Vec<(u64, BarRow)> = rows.iter().map(|r| (cfg.variant, r.clone())).collect();
+    print!(
+        "-- {name}\n{}",
+        bar::table(&candidate, &numbered, &Bar::default())
+    );
     rows
 }
 
-/// The phases of `rows` (by label prefix, e.g. `hot`) that miss the bar, with `ttft_ratio` in
-/// place of 1.1, as readable lines.
-fn misses(rows: &[Row], phases: &[&str], ttft_ratio: f64) -> Vec<String> {
-    let mut out = Vec::new();
-    for r in rows
-        .iter()
+/// The phases of `rows` (by label prefix, e.g. `hot`) that miss `bar`, as readable lines.
+fn misses_of(rows: &[BarRow], phases: &[&str], bar: &Bar) -> Vec<String> {
+    rows.iter()
         .filter(|r| phases.iter().any(|p| r.label.starts_with(p)))
-    {
-        if r.slo < r.best_slo {
-            out.push(format!(
-                "{}: {} within SLO < {}",
-                r.label, r.slo, r.best_slo
-            ));
-        }
-        if r.ttft > ttft_ratio * r.best_ttft {
-            out.push(format!(
-                "{}: TTFT P95 {:.3} > {ttft_ratio} × {:.3}",
-                r.label, r.ttft, r.best_ttft
-            ));
-        }
-        if r.hit < r.least_request_hit - 0.1 {
-            out.push(format!(
-                "{}: hit {:.2}% < least-request's {:.2}%",
-                r.label, r.hit, r.least_request_hit
-            ));
-        }
-    }
-    out
+        .flat_map(|r| {
+            r.misses(bar)
+                .into_iter()
+                .map(|m| format!("{}: {m}", r.label))
+        })
+        .collect()
+}
+
+/// [`misses_of`] the default bar, with `ttft_ratio` in place of 1.1.
+fn misses(rows: &[BarRow], phases: &[&str], ttft_ratio: f64) -> Vec<String> {
+    let bar = Bar {
+        ttft_ratio,
+        ..Bar::default()
+    };
+    misses_of(rows, phases, &bar)
 }
 
 const ALL: [&str; 4] = ["cold", "warm", "hot50", "hot90"];
@@ -173,18 +121,20 @@ fn behind_envoy_feedback_keeps_the_slo() {
                 ..study()
             };
             let rows = compare(&format!("{feedback:?} feedback, variant {variant}"), &cfg);
-            for r in &rows {
-                if r.slo + slo_slack < r.best_slo {
-                    all.push(format!(
-                        "{feedback:?} {}: {} within SLO < {} - {slo_slack}",
-                        r.label, r.slo, r.best_slo
-                    ));
-                }
-            }
+            let slack = Bar {
+                slo_slack,
+                ttft_ratio: f64::INFINITY,
+                hit_slack_points: f64::INFINITY,
+            };
+            let p95_only = Bar {
+                slo_slack: usize::MAX / 2,
+                hit_slack_points: f64::INFINITY,
+                ..Bar::default()
+            };
             all.extend(
-                misses(&rows, p95_phases, 1.1)
+                misses_of(&rows, &ALL, &slack)
                     .into_iter()
-                    .filter(|m| !m.contains("within SLO"))
+                    .chain(misses_of(&rows, p95_phases, &p95_only))
                     .map(|m| format!("{feedback:?} {m}")),
             );
         }
@@ -279,12 +229,12 @@ fn one_and_a_half_times_the_rate_overloads_two_replicas_for_every_strategy() {
     };
     for r in compare("rate x1.5", &cfg) {
         assert!(
-            r.slo.max(r.best_slo) <= 40 && r.best_ttft > 5.0,
+            r.slo.max(r.best_slo) <= 40 && r.best_ttft_p95_s > 5.0,
             "{}: not overloaded ({} / {} within SLO, best TTFT P95 {:.3} s)",
             r.label,
             r.slo,
             r.best_slo,
-            r.best_ttft
+            r.best_ttft_p95_s
         );
     }
 }
