@@ -153,8 +153,9 @@ pub fn compare(cfg: &StudyConfig, candidate: &StrategySpec) -> Result<Vec<BarRow
     Ok(rows)
 }
 
-/// The rows as a Markdown table, one line per phase, with the draw (`variant`) and the misses.
-pub fn table(candidate: &StrategySpec, rows: &[(u64, BarRow)], bar: &Bar) -> String {
+/// The rows as a Markdown table, one line per phase, with its draw's label (`variant`, or
+/// `variant/order`) and the misses.
+pub fn table(candidate: &StrategySpec, rows: &[(String, BarRow)], bar: &Bar) -> String {
     let mut out = format!(
         "| draw | phase | {candidate} within SLO | best other | TTFT P95 s | best other | hits | least-request | misses |\n\
          |---|---|---|---|---|---|---|---|---|\n"
@@ -180,6 +181,44 @@ pub fn table(candidate: &StrategySpec, rows: &[(u64, BarRow)], bar: &Bar) -> Str
     out
 }
 
+/// Per phase over every draw of `rows`: the mean within-SLO counts (candidate, best baseline),
+/// the mean TTFT P95s, the mean hit rates and the draws that clear `bar`, as a Markdown table
+/// in first-seen phase order. One draw is noise in a phase as sensitive as cold / 1; the means
+/// say whether the ordering holds.
+pub fn summary(candidate: &StrategySpec, rows: &[(String, BarRow)], bar: &Bar) -> String {
+    let mut labels: Vec<&str> = Vec::new();
+    for (_, r) in rows {
+        if !labels.contains(&r.label.as_str()) {
+            labels.push(&r.label);
+        }
+    }
+    let mut out = format!(
+        "| phase | draws | {candidate} mean within SLO | best other | mean TTFT P95 s | best other | mean hits | least-request | draws clearing the bar |\n\
+         |---|---|---|---|---|---|---|---|---|\n"
+    );
+    for label in labels {
+        let phase: Vec<&BarRow> = rows
+            .iter()
+            .map(|(_, r)| r)
+            .filter(|r| r.label == label)
+            .collect();
+        let n = phase.len() as f64;
+        let mean = |f: &dyn Fn(&BarRow) -> f64| phase.iter().map(|r| f(r)).sum::<f64>() / n;
+        let cleared = phase.iter().filter(|r| r.misses(bar).is_empty()).count();
+        out.push_str(&format!(
+            "| {label} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {:.1}% | {:.1}% | {cleared} |\n",
+            phase.len(),
+            mean(&|r| r.slo as f64),
+            mean(&|r| r.best_slo as f64),
+            mean(&|r| r.ttft_p95_s),
+            mean(&|r| r.best_ttft_p95_s),
+            mean(&|r| r.hit_percent),
+            mean(&|r| r.least_request_hit_percent),
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +233,22 @@ mod tests {
             hit_percent: 83.6,
             least_request_hit_percent: 77.7,
         }
+    }
+
+    #[test]
+    fn the_summary_averages_each_phase_over_its_draws() {
+        let worse = BarRow {
+            slo: 85,
+            ttft_p95_s: 3.0,
+            ..row()
+        };
+        let rows = vec![("0".to_string(), row()), ("1".to_string(), worse)];
+        let spec = StrategySpec::single(kvroute_core::Strategy::LeastTtft);
+        let text = summary(&spec, &rows, &Bar::default());
+        assert!(
+            text.contains("| cold / 1 | 2 | 87.0 | 89.0 | 2.600 | 2.000 | 83.6% | 77.7% | 1 |"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -98,6 +98,10 @@ struct PhaseArgs {
     /// round's. For checking how robust a result is.
     #[arg(long, default_value_t = 0)]
     variant: u64,
+    /// Another draw of the family order, question numbers and Poisson arrival times (0 = the
+    /// round's); every strategy is sent the same.
+    #[arg(long, default_value_t = 0)]
+    order: u64,
     /// Arrival spacing: uniform (the study's) or poisson.
     #[arg(long, default_value = "uniform")]
     arrivals: String,
@@ -171,6 +175,7 @@ impl PhaseArgs {
         let mut cfg = crate::study::StudyConfig {
             engine,
             variant: self.variant,
+            order: self.order,
             arrivals,
             observe_engines: !self.no_engine_snapshots,
             snapshot_every_ms: self.snapshot_every_ms,
@@ -213,6 +218,9 @@ struct BarArgs {
     /// Draws of salts and router randomness: --variant and the next ones.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
     draws: u64,
+    /// Family orders, each with every draw: --order and the next ones.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    orders: u64,
     /// TTFT P95 allowed, as a multiple of the best baseline's.
     #[arg(long, default_value_t = crate::bar::Bar::default().ttft_ratio)]
     ttft_ratio: f64,
@@ -536,29 +544,42 @@ fn bar_cmd(a: BarArgs) -> ExitCode {
         ..crate::bar::Bar::default()
     };
     let mut rows = Vec::new();
-    for variant in cfg.variant..cfg.variant.saturating_add(a.draws) {
-        let draw = crate::study::StudyConfig {
-            variant,
-            ..cfg.clone()
-        };
-        match crate::bar::compare(&draw, &candidate) {
-            Ok(r) => rows.extend(r.into_iter().map(|row| (variant, row))),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
+    for order in cfg.order..cfg.order.saturating_add(a.orders) {
+        for variant in cfg.variant..cfg.variant.saturating_add(a.draws) {
+            let draw = crate::study::StudyConfig {
+                variant,
+                order,
+                ..cfg.clone()
+            };
+            let label = if order == 0 {
+                variant.to_string()
+            } else {
+                format!("{variant}/{order}")
+            };
+            match crate::bar::compare(&draw, &candidate) {
+                Ok(r) => rows.extend(r.into_iter().map(|row| (label.clone(), row))),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
             }
         }
     }
     print!("{}", crate::bar::table(&candidate, &rows, &bar));
+    if a.draws.saturating_mul(a.orders) > 1 {
+        println!();
+        print!("{}", crate::bar::summary(&candidate, &rows, &bar));
+    }
     let missed = rows
         .iter()
         .filter(|(_, r)| !r.misses(&bar).is_empty())
         .count();
     let misses: usize = rows.iter().map(|(_, r)| r.misses(&bar).len()).sum();
     println!(
-        "{candidate}: {misses} misses in {missed} of {} phases ({} draws)",
+        "{candidate}: {misses} misses in {missed} of {} phases ({} draws × {} family orders)",
         rows.len(),
-        a.draws
+        a.draws,
+        a.orders
     );
     if misses == 0 {
         ExitCode::SUCCESS

@@ -54,6 +54,10 @@ pub struct StudyConfig {
     /// 0 = the study's salts and router seeds; another value draws others (the family order
     /// stays the round's).
     pub variant: u64,
+    /// 0 = the round's family order (and question numbers and Poisson arrival times); another
+    /// value draws others from the round's seed and it. Unlike `variant`, this changes what
+    /// every strategy is sent, in the same way for each.
+    pub order: u64,
     /// Whether the router gets engine snapshots (every `snapshot_every_ms`).
     pub observe_engines: bool,
     /// How often engines are sampled (and snapshots passed to the router), simulated ms.
@@ -85,6 +89,7 @@ impl Default for StudyConfig {
             rounds: vec![1, 2],
             scenarios: None,
             variant: 0,
+            order: 0,
             observe_engines: true,
             snapshot_every_ms: 5_000,
             feedback: Feedback::Streaming,
@@ -185,6 +190,17 @@ pub fn phase_seed(scenario: Scenario, round: u8, strategy: &StrategySpec, varian
         ^ xxhash_rust::xxh64::xxh64(name.as_bytes(), 0))
 }
 
+/// The seed of a round's family order: the study's (`ROUND_SEEDS`) for order 0, another
+/// drawn from it and `order` otherwise.
+pub fn round_seed(round: u8, order: u64) -> u64 {
+    let seed = ROUND_SEEDS[usize::from(round.clamp(1, 2)) - 1];
+    if order == 0 {
+        seed
+    } else {
+        mix(seed ^ mix(order))
+    }
+}
+
 /// Simulates one phase.
 pub fn run_phase(
     cfg: &StudyConfig,
@@ -192,7 +208,7 @@ pub fn run_phase(
     round: u8,
     strategy: &StrategySpec,
 ) -> Result<PhaseResult, SimError> {
-    let seed = ROUND_SEEDS[usize::from(round.clamp(1, 2)) - 1];
+    let seed = round_seed(round, cfg.order);
     let phase_seed = phase_seed(scenario, round, strategy, cfg.variant);
     let phase = StudyPhase::new(
         scenario,

@@ -16,7 +16,10 @@ use kvroute_sim::study::{scaled_priors, StudyConfig};
 fn compare(name: &str, cfg: &StudyConfig) -> Vec<BarRow> {
     let candidate = StrategySpec::single(Strategy::LeastTtft);
     let rows = bar::compare(cfg, &candidate).expect("valid study configuration");
-    let numbered: Vec<(u64, BarRow)> = rows.iter().map(|r| (cfg.variant, r.clone())).collect();
+    let numbered: Vec<(String, BarRow)> = rows
+        .iter()
+        .map(|r| (cfg.variant.to_string(), r.clone()))
+        .collect();
     print!(
         "-- {name}\n{}",
         bar::table(&candidate, &numbered, &Bar::default())
