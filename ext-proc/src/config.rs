@@ -187,6 +187,9 @@ pub struct TtftSection {
     /// How many times its length a prefill is charged for stalling a full pod's decodes
     /// (default 2; 0 ranks by predicted TTFT alone).
     pub stall_weight: Option<f64>,
+    /// A wait on the cheapest pod from which a pod not yet probed gets the request, ms
+    /// (default 500; 0 = never).
+    pub explore_wait_ms: Option<f64>,
 }
 
 impl TtftSection {
@@ -207,6 +210,7 @@ impl TtftSection {
             snapshot_max_age_ms: self.snapshot_max_age_ms.unwrap_or(d.snapshot_max_age_ms),
             tie_ms: self.tie_ms.unwrap_or(d.tie_ms),
             stall_weight: self.stall_weight.unwrap_or(d.stall_weight),
+            explore_wait_ms: self.explore_wait_ms.unwrap_or(d.explore_wait_ms),
         }
     }
 }
@@ -621,13 +625,14 @@ mod tests {
         assert_eq!(c.router.ttft, TtftConfig::default());
         assert_eq!(c.scrape_interval, Some(DEFAULT_SCRAPE_INTERVAL));
         assert_eq!(c.scrape_timeout, DEFAULT_SCRAPE_TIMEOUT);
-        let text = "[routing]\ndefault_strategy = \"least-ttft\"\n[ttft]\nengine_block_tokens = 1568\nmax_seqs = 8\ntpot_ms = 57.5\nsnapshot_max_age_ms = 500\nstall_weight = 0.5\n[engine_metrics]\nscrape_interval_ms = 0\n[models.m]\npods = [{ name = \"a\", address = \"127.0.0.1:1\", max_seqs = 4 }]";
+        let text = "[routing]\ndefault_strategy = \"least-ttft\"\n[ttft]\nengine_block_tokens = 1568\nmax_seqs = 8\ntpot_ms = 57.5\nsnapshot_max_age_ms = 500\nstall_weight = 0.5\nexplore_wait_ms = 0\n[engine_metrics]\nscrape_interval_ms = 0\n[models.m]\npods = [{ name = \"a\", address = \"127.0.0.1:1\", max_seqs = 4 }]";
         let c = load(text, &[], Overrides::default()).unwrap();
         assert_eq!(c.default_strategy_text, "least-ttft");
         let t = &c.router.ttft;
         assert_eq!((t.engine_block_tokens, t.max_seqs), (1568, 8));
         assert_eq!((t.tpot_ms, t.snapshot_max_age_ms), (57.5, 500));
         assert_eq!(t.stall_weight, 0.5);
+        assert_eq!(t.explore_wait_ms, 0.0);
         assert_eq!(
             t.prefill_tokens_per_s,
             TtftConfig::default().prefill_tokens_per_s
@@ -656,6 +661,7 @@ mod tests {
             "[ttft]\nlearning_rate = 1.5",
             "[ttft]\nprefill_tokens_per_s = -1.0",
             "[ttft]\nstall_weight = -1.0",
+            "[ttft]\nexplore_wait_ms = -1.0",
         ] {
             assert!(
                 matches!(

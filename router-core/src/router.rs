@@ -498,7 +498,13 @@ impl Router {
                     &mut s.order,
                 );
                 runner_up = r;
-                (i, Reason::LeastTtft, false)
+                match select::explore(i, &s.estimates, &s.costs, self.config.ttft.explore_wait_ms) {
+                    Some(probe) => {
+                        runner_up = Some(i);
+                        (probe, Reason::LeastTtft, false)
+                    }
+                    None => (i, Reason::LeastTtft, false),
+                }
             }
             Some(Strategy::PrefixCache) => {
                 let params = PrefixCacheParams {
@@ -591,15 +597,7 @@ impl Router {
         pod.in_flight += 1;
         pod.routed += 1;
         let job = size.job(&chosen);
-        ttft::commit(
-            &mut pod.model,
-            ticket,
-            &est,
-            &job,
-            size.prompt_bytes,
-            now,
-            &self.config.ttft,
-        );
+        ttft::commit(&mut pod.model, ticket, &est, &job, size.prompt_bytes, now);
         let prediction = Prediction {
             ttft_ms: est.ttft_ms.round() as u32,
             queue_ms: est.queue_ms.round() as u32,

@@ -487,3 +487,65 @@ fn reconfigure_takes_new_priors_where_nothing_was_learned() {
     assert_eq!(r.pod(other).unwrap().prefill_tokens_per_s, 9_000.0);
     assert_eq!(r.stats().prompt_bytes_per_token, 3.0);
 }
+
+/// Exploration: once the cheapest pod would make a request wait `explore_wait_ms` or more, a
+/// pod that has never shown what it holds beyond the index, and is idle, gets the request as
+/// its probe, however dear the model prices it (here a prefill prior 30× too slow makes the
+/// idle pod look 25 s away). One probe at a time; with `explore_wait_ms` 0 the request waits.
+#[test]
+fn a_long_wait_sends_a_request_to_probe_an_idle_unknown_pod() {
+    let config = |explore_wait_ms| RouterConfig {
+        ttft: kvroute_core::TtftConfig {
+            max_seqs: 2,
+            prefill_tokens_per_s: 100.0,
+            explore_wait_ms,
+            ..ttft_config().ttft
+        },
+        ..ttft_config()
+    };
+    let placements = |explore_wait_ms| {
+        let (mut r, _) = router_with_pods(2, config(explore_wait_ms));
+        let mut rng = fastrand::Rng::with_seed(3);
+        let s = salt(&mut rng);
+        let hashing = r.hash_config();
+        let prompt = |i: u32| hashing.hashes(study_prompt(&s, 0, i).as_bytes());
+        // The first request probes its pod; its answer makes the pod known (and, with less
+        // than a block to prefill, teaches no prefill rate: the prior stays).
+        let first = r.route(RouteRequest::new(MODEL, &prompt(0)), t(0)).unwrap();
+        let known = first.pod;
+        let answer = kvroute_core::Timings {
+            first_token_ms: Some(1_600),
+            prompt_tokens: Some(5_000),
+            cached_tokens: Some(4_704),
+            ..Default::default()
+        };
+        r.first_token(first.ticket, answer, t(1_600)).unwrap();
+        // Its family fills the known pod's two slots; the next would wait a whole decode.
+        let mut placed = Vec::new();
+        for i in 1..5u32 {
+            let d = r
+                .route(
+                    RouteRequest::new(MODEL, &prompt(i)),
+                    t(1_600 + u64::from(i)),
+                )
+                .unwrap();
+            placed.push((d.pod == known, d.prediction.queue_ms));
+        }
+        placed
+    };
+    let explored = placements(500.0);
+    assert!(explored[0].0, "a free slot on the known pod: {explored:?}");
+    assert!(
+        !explored[1].0,
+        "the wait would be long: probe the other: {explored:?}"
+    );
+    assert!(
+        explored[2].0 && explored[2].1 >= 500,
+        "one probe at a time: {explored:?}"
+    );
+    let waited = placements(0.0);
+    assert!(
+        waited[..3].iter().all(|(home, _)| *home) && waited[1].1 >= 500,
+        "{waited:?}"
+    );
+}

@@ -2,9 +2,11 @@
 //! stall its prefill imposes on the pod's running decodes (model in [`crate::TtftConfig`]).
 //! Costs within `tie_ms` of the best tie; ties go to the pod expected to reuse the most engine
 //! blocks (the index's match corrected by what the model learned of the engine's cache,
-//! rounded to whole blocks), then the lower load, then the seeded PRNG.
+//! rounded to whole blocks), then the lower load, then the seeded PRNG. [`explore`] may then
+//! send the request to a pod not yet probed instead.
 
 use super::Candidate;
+use crate::ttft::Estimate;
 
 /// The index of the winner and of the lowest-cost other candidate (if any). `cands`, `cost_ms`
 /// and `reuse_blocks` are parallel and non-empty; `order` is scratch space. Costs that are not
@@ -33,6 +35,24 @@ pub(crate) fn least_ttft(
         .filter(|&i| i != winner)
         .min_by(|&a, &b| cost_ms[a].total_cmp(&cost_ms[b]));
     (winner, runner_up)
+}
+
+/// Exploration ([`crate::TtftConfig::explore_wait_ms`]): if the pick would wait at least
+/// `wait_ms` (and `wait_ms` > 0), the cheapest candidate that would be its pod's probe and start
+/// at once, if any. `estimates` and `cost_ms` are parallel to the candidates.
+pub(crate) fn explore(
+    pick: usize,
+    estimates: &[Estimate],
+    cost_ms: &[f64],
+    wait_ms: f64,
+) -> Option<usize> {
+    let waits = estimates.get(pick)?.queue_ms;
+    if wait_ms <= 0.0 || waits < wait_ms {
+        return None;
+    }
+    (0..estimates.len())
+        .filter(|&i| estimates[i].probe && estimates[i].queue_ms <= 0.0)
+        .min_by(|&a, &b| cost_ms[a].total_cmp(&cost_ms[b]))
 }
 
 #[cfg(test)]
@@ -74,6 +94,53 @@ mod tests {
         }
         assert_eq!(seen[0] + seen[2], 0, "{seen:?}");
         assert!(seen[1] > 50 && seen[3] > 50, "{seen:?}");
+    }
+
+    fn est(queue_ms: f64, probe: bool) -> Estimate {
+        Estimate {
+            ttft_ms: 0.0,
+            stall_ms: 0.0,
+            queue_ms,
+            cached_tokens: 0.0,
+            indexed_tokens: 0.0,
+            uncached_tokens: 0.0,
+            probe,
+        }
+    }
+
+    #[test]
+    fn a_long_wait_sends_the_request_to_a_pod_to_probe() {
+        // The pick (0) would wait 600 ms; 1 and 2 would be probes, 2 is busy, 3 is known.
+        let ests = [
+            est(600.0, false),
+            est(0.0, true),
+            est(50.0, true),
+            est(0.0, false),
+        ];
+        let costs = [900.0, 4_000.0, 1_000.0, 950.0];
+        assert_eq!(
+            explore(0, &ests, &costs, 500.0),
+            Some(1),
+            "whatever it costs"
+        );
+        assert_eq!(
+            explore(0, &ests, &costs, 600.0),
+            Some(1),
+            "at the threshold"
+        );
+        assert_eq!(explore(0, &ests, &costs, 601.0), None, "a shorter wait");
+        assert_eq!(explore(0, &ests, &costs, 0.0), None, "0 turns it off");
+        let known = [est(600.0, false), est(0.0, false)];
+        assert_eq!(
+            explore(0, &known, &costs[..2], 500.0),
+            None,
+            "nothing to probe"
+        );
+        let cheaper = [est(600.0, false), est(0.0, true), est(0.0, true)];
+        assert_eq!(
+            explore(0, &cheaper, &[900.0, 4_000.0, 3_000.0], 500.0),
+            Some(2)
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ mod random;
 mod weighted;
 
 pub(crate) use least_request::least_loaded;
-pub(crate) use least_ttft::least_ttft;
+pub(crate) use least_ttft::{explore, least_ttft};
 pub(crate) use prefix_cache::{prefix_cache, PrefixCacheParams};
 pub(crate) use random::random;
 pub(crate) use weighted::weighted;

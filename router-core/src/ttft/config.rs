@@ -40,6 +40,14 @@ pub struct TtftConfig {
     /// decodes (see the model in `ttft/mod.rs`; 0 ranks by predicted TTFT alone). Default 2:
     /// the stall delays the pod's next free slot, and the request after that one's.
     pub stall_weight: f64,
+    /// Exploration, ms: when the cheapest pod would make a request wait (for a slot or the
+    /// prefill queue) at least this long, and a pod that has never shown how much of a prompt
+    /// it holds beyond the index (the probing rule in `ttft/mod.rs`) would start it at once,
+    /// the request goes there as that pod's probe, whatever the model prices it at. Its cost
+    /// there is in units the model may not have learned yet (behind Envoy, warm and hotspot
+    /// phases have no cold prefill to teach the prefill rate), and the answer is worth more
+    /// than the wait. 0 turns it off. Default 500.
+    pub explore_wait_ms: f64,
 }
 
 impl Default for TtftConfig {
@@ -57,6 +65,7 @@ impl Default for TtftConfig {
             snapshot_max_age_ms: 2_000,
             tie_ms: 300.0,
             stall_weight: 2.0,
+            explore_wait_ms: 500.0,
         }
     }
 }
@@ -98,6 +107,9 @@ impl TtftConfig {
         if !(self.stall_weight.is_finite() && self.stall_weight >= 0.0) {
             return Some("ttft.stall_weight");
         }
+        if !(self.explore_wait_ms.is_finite() && self.explore_wait_ms >= 0.0) {
+            return Some("ttft.explore_wait_ms");
+        }
         None
     }
 }
@@ -110,7 +122,7 @@ mod tests {
     fn every_invalid_field_is_named() {
         assert_eq!(TtftConfig::default().invalid_field(), None);
         type Break = fn(&mut TtftConfig);
-        let cases: [(Break, &str); 12] = [
+        let cases: [(Break, &str); 13] = [
             (|c| c.bytes_per_token = 0.0, "ttft.bytes_per_token"),
             (|c| c.engine_block_tokens = 0, "ttft.engine_block_tokens"),
             (|c| c.max_seqs = 0, "ttft.max_seqs"),
@@ -126,6 +138,7 @@ mod tests {
             (|c| c.tie_ms = -0.1, "ttft.tie_ms"),
             (|c| c.stall_weight = f64::NAN, "ttft.stall_weight"),
             (|c| c.learning_rate = 0.0, "ttft.learning_rate"),
+            (|c| c.explore_wait_ms = -1.0, "ttft.explore_wait_ms"),
         ];
         for (break_it, field) in cases {
             let mut c = TtftConfig::default();

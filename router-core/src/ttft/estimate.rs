@@ -36,6 +36,9 @@ pub(crate) struct Estimate {
     /// Tokens the index alone says are cached (whole engine blocks).
     pub(crate) indexed_tokens: f64,
     pub(crate) uncached_tokens: f64,
+    /// Whether routing the request here makes it the pod's probe (the pod may be probed and a
+    /// block or more of the prompt is not indexed there).
+    pub(crate) probe: bool,
 }
 
 impl Estimate {
@@ -94,6 +97,7 @@ pub(crate) fn estimate(
     };
     let expected =
         (pod.trust.get() * indexed + extra * (job.prompt_tokens - indexed)).min(reusable);
+    let probe = pod.may_probe() && job.prompt_tokens - indexed >= block;
     let uncached = (job.prompt_tokens - expected).max(0.0);
     let tpot = pod.tpot_ms.get();
     // Requests the router did not route (from a snapshot): a typical decode.
@@ -196,6 +200,7 @@ pub(crate) fn estimate(
         cached_tokens: expected,
         indexed_tokens: indexed,
         uncached_tokens: uncached,
+        probe,
     }
 }
 
@@ -207,7 +212,6 @@ pub(crate) fn commit(
     job: &Job,
     prompt_bytes: f64,
     now: Timestamp,
-    cfg: &TtftConfig,
 ) {
     let r = &mut pod.routed;
     r.prompt_bytes += prompt_bytes;
@@ -219,8 +223,7 @@ pub(crate) fn commit(
         est.uncached_tokens,
         job.max_output_tokens,
     ));
-    let unindexed = job.prompt_tokens - est.indexed_tokens;
-    if pod.may_probe() && unindexed >= f64::from(cfg.engine_block_tokens) {
+    if est.probe {
         pod.probe = Some(ticket);
     }
     pod.predicted_hit_tokens += est.cached_tokens as u64;
@@ -511,11 +514,11 @@ mod tests {
         // The first request routed there with a block or more unindexed is the probe; until it
         // answers, the next ones do not count on the pod being warm.
         let probe = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
-        commit(&mut pod, Ticket(1), &probe, &job, 28_000.0, t(0), &c);
+        commit(&mut pod, Ticket(1), &probe, &job, 28_000.0, t(0));
         assert_eq!(pod.probe, Some(Ticket(1)));
         assert_eq!(cached(&pod), 0.0);
         let second = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
-        commit(&mut pod, Ticket(2), &second, &job, 28_000.0, t(0), &c);
+        commit(&mut pod, Ticket(2), &second, &job, 28_000.0, t(0));
         assert_eq!(pod.probe, Some(Ticket(1)), "one probe at a time");
         // A first token without cached tokens does not answer: the probe stays out.
         pod.first_token(Ticket(1), t(1_500), false);

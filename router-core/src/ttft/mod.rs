@@ -42,6 +42,13 @@
 //!   one prefill predicted too short.) Pods whose
 //!   completions come without cached tokens (behind Envoy) are not probed: no single request
 //!   could answer, and engine counters teach `extra_p` there.
+//! - Exploration (`explore_wait_ms`, default 500 ms): when the pod `least-ttft` would pick
+//!   makes the request wait at least that long (for a slot or the prefill queue) and a pod
+//!   that may be probed would start it at once, the request goes there as its probe, whatever
+//!   the model prices it at. The price is in learned units that may still be priors: behind
+//!   Envoy, warm and hotspot phases bring no cold prefill to teach the prefill rate, and with
+//!   a prior 2× too slow the probe was priced out for half a phase while the pod held every
+//!   prefix. It costs at most one prefill per pod until the pod has answered.
 //! - `least-ttft` ranks pods by `ttft + stall`, not by `ttft` alone (the prediction it reports
 //!   is `ttft`). `stall` prices what this request's prefill costs the requests already on `p`:
 //!   while an engine prefills, its running decodes make no progress (a vLLM step that carries
