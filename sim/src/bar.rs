@@ -181,39 +181,82 @@ pub fn table(candidate: &StrategySpec, rows: &[(String, BarRow)], bar: &Bar) -> 
     out
 }
 
-/// Per phase over every draw of `rows`: the mean within-SLO counts (candidate, best baseline),
-/// the mean TTFT P95s, the mean hit rates and the draws that clear `bar`, as a Markdown table
-/// in first-seen phase order. One draw is noise in a phase as sensitive as cold / 1; the means
-/// say whether the ordering holds.
-pub fn summary(candidate: &StrategySpec, rows: &[(String, BarRow)], bar: &Bar) -> String {
+/// One phase's numbers averaged over draws (see [`means`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PhaseMeans {
+    /// `scenario / round`.
+    pub label: String,
+    /// Draws averaged.
+    pub draws: usize,
+    /// Mean requests within SLO: the candidate's, and the best baseline's of each draw.
+    pub slo: f64,
+    /// See `slo`.
+    pub best_slo: f64,
+    /// Mean TTFT P95, s: the candidate's, and the best baseline's of each draw.
+    pub ttft_p95_s: f64,
+    /// See `ttft_p95_s`.
+    pub best_ttft_p95_s: f64,
+    /// Mean token hit rates, %: the candidate's and least-request's.
+    pub hit_percent: f64,
+    /// See `hit_percent`.
+    pub least_request_hit_percent: f64,
+    /// Draws in which the phase clears the bar.
+    pub cleared: usize,
+}
+
+/// Per phase over every draw of `rows`, in first-seen phase order: the means and the draws that
+/// clear `bar`. One draw is noise in a phase as sensitive as cold / 1; the means say whether the
+/// ordering holds.
+pub fn means(rows: &[(String, BarRow)], bar: &Bar) -> Vec<PhaseMeans> {
     let mut labels: Vec<&str> = Vec::new();
     for (_, r) in rows {
         if !labels.contains(&r.label.as_str()) {
             labels.push(&r.label);
         }
     }
+    labels
+        .into_iter()
+        .map(|label| {
+            let phase: Vec<&BarRow> = rows
+                .iter()
+                .map(|(_, r)| r)
+                .filter(|r| r.label == label)
+                .collect();
+            let n = phase.len() as f64;
+            let mean = |f: fn(&BarRow) -> f64| phase.iter().map(|r| f(r)).sum::<f64>() / n;
+            PhaseMeans {
+                label: label.to_string(),
+                draws: phase.len(),
+                slo: mean(|r| r.slo as f64),
+                best_slo: mean(|r| r.best_slo as f64),
+                ttft_p95_s: mean(|r| r.ttft_p95_s),
+                best_ttft_p95_s: mean(|r| r.best_ttft_p95_s),
+                hit_percent: mean(|r| r.hit_percent),
+                least_request_hit_percent: mean(|r| r.least_request_hit_percent),
+                cleared: phase.iter().filter(|r| r.misses(bar).is_empty()).count(),
+            }
+        })
+        .collect()
+}
+
+/// [`means`] as a Markdown table.
+pub fn summary(candidate: &StrategySpec, rows: &[(String, BarRow)], bar: &Bar) -> String {
     let mut out = format!(
         "| phase | draws | {candidate} mean within SLO | best other | mean TTFT P95 s | best other | mean hits | least-request | draws clearing the bar |\n\
          |---|---|---|---|---|---|---|---|---|\n"
     );
-    for label in labels {
-        let phase: Vec<&BarRow> = rows
-            .iter()
-            .map(|(_, r)| r)
-            .filter(|r| r.label == label)
-            .collect();
-        let n = phase.len() as f64;
-        let mean = |f: &dyn Fn(&BarRow) -> f64| phase.iter().map(|r| f(r)).sum::<f64>() / n;
-        let cleared = phase.iter().filter(|r| r.misses(bar).is_empty()).count();
+    for m in means(rows, bar) {
         out.push_str(&format!(
-            "| {label} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {:.1}% | {:.1}% | {cleared} |\n",
-            phase.len(),
-            mean(&|r| r.slo as f64),
-            mean(&|r| r.best_slo as f64),
-            mean(&|r| r.ttft_p95_s),
-            mean(&|r| r.best_ttft_p95_s),
-            mean(&|r| r.hit_percent),
-            mean(&|r| r.least_request_hit_percent),
+            "| {} | {} | {:.1} | {:.1} | {:.3} | {:.3} | {:.1}% | {:.1}% | {} |\n",
+            m.label,
+            m.draws,
+            m.slo,
+            m.best_slo,
+            m.ttft_p95_s,
+            m.best_ttft_p95_s,
+            m.hit_percent,
+            m.least_request_hit_percent,
+            m.cleared,
         ));
     }
     out
