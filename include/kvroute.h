@@ -202,6 +202,11 @@ enum kvroute_reason
    * `least-ttft`: the smallest predicted time to first token plus prefill stall charge.
    */
   KVROUTE_REASON_LEAST_TTFT = 6,
+  /**
+   * `least-ttft`: sent to a pod not yet probed, because the cheapest pod would have made it
+   * wait at least the configured exploration wait (500 ms by default).
+   */
+  KVROUTE_REASON_LEAST_TTFT_PROBE = 7,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -578,7 +583,7 @@ typedef struct kvroute_decision {
 /**
  * Every reason, in number order.
  */
-#define kvroute_reason_ALL { kvroute_reason_Random, kvroute_reason_LeastRequest, kvroute_reason_PrefixMatch, kvroute_reason_PrefixMatchSkipped, kvroute_reason_LeastRequestFallback, kvroute_reason_Weighted, kvroute_reason_LeastTtft, }
+#define kvroute_reason_ALL { kvroute_reason_Random, kvroute_reason_LeastRequest, kvroute_reason_PrefixMatch, kvroute_reason_PrefixMatchSkipped, kvroute_reason_LeastRequestFallback, kvroute_reason_Weighted, kvroute_reason_LeastTtft, kvroute_reason_LeastTtftProbe, }
 
 #ifdef __cplusplus
 extern "C" {

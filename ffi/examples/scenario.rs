@@ -212,7 +212,7 @@ fn main() {
         s.unknown_model,
         s.no_ready_pod,
         s.imbalance_events,
-        &s.routed_by_reason[..7],
+        &s.routed_by_reason[..kvroute::kvroute_reason::ALL.len()],
         s.decisions_by_match_bucket,
     );
 }

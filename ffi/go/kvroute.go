@@ -94,6 +94,7 @@ const (
 	ReasonLeastRequestFallback Reason = C.KVROUTE_REASON_LEAST_REQUEST_FALLBACK
 	ReasonWeighted             Reason = C.KVROUTE_REASON_WEIGHTED
 	ReasonLeastTTFT            Reason = C.KVROUTE_REASON_LEAST_TTFT
+	ReasonLeastTTFTProbe       Reason = C.KVROUTE_REASON_LEAST_TTFT_PROBE
 )
 
 // String returns AIBrix's label for the reason, e.g. "prefix_match".

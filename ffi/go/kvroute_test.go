@@ -349,6 +349,9 @@ func TestLeastTTFTInputs(t *testing.T) {
 	if err != nil || d.Reason != ReasonLeastTTFT {
 		t.Fatalf("%+v %v", d, err)
 	}
+	if ReasonLeastTTFTProbe.String() != "least_ttft_probe" {
+		t.Fatalf("%q", ReasonLeastTTFTProbe.String())
+	}
 	first, total := uint64(150), uint64(4000)
 	if err := r.CompleteWithTimings(d.Ticket, Success, Timings{FirstTokenMs: &first, TotalMs: &total}, 4020); err != nil {
 		t.Fatal(err)

@@ -180,11 +180,14 @@ pub enum kvroute_reason {
     Weighted = 5,
     /// `least-ttft`: the smallest predicted time to first token plus prefill stall charge.
     LeastTtft = 6,
+    /// `least-ttft`: sent to a pod not yet probed, because the cheapest pod would have made it
+    /// wait at least the configured exploration wait (500 ms by default).
+    LeastTtftProbe = 7,
 }
 
 impl kvroute_reason {
     /// Every reason, in number order.
-    pub const ALL: [kvroute_reason; 7] = [
+    pub const ALL: [kvroute_reason; 8] = [
         kvroute_reason::Random,
         kvroute_reason::LeastRequest,
         kvroute_reason::PrefixMatch,
@@ -192,6 +195,7 @@ impl kvroute_reason {
         kvroute_reason::LeastRequestFallback,
         kvroute_reason::Weighted,
         kvroute_reason::LeastTtft,
+        kvroute_reason::LeastTtftProbe,
     ];
 
     /// The core reason this code stands for.
@@ -204,6 +208,7 @@ impl kvroute_reason {
             kvroute_reason::LeastRequestFallback => Reason::LeastRequestFallback,
             kvroute_reason::Weighted => Reason::Weighted,
             kvroute_reason::LeastTtft => Reason::LeastTtft,
+            kvroute_reason::LeastTtftProbe => Reason::LeastTtftProbe,
         }
     }
 
@@ -217,6 +222,7 @@ impl kvroute_reason {
             kvroute_reason::LeastRequestFallback => "least_request_fallback\0",
             kvroute_reason::Weighted => "weighted\0",
             kvroute_reason::LeastTtft => "least_ttft\0",
+            kvroute_reason::LeastTtftProbe => "least_ttft_probe\0",
         }
     }
 }
@@ -231,6 +237,7 @@ impl From<Reason> for kvroute_reason {
             Reason::LeastRequestFallback => kvroute_reason::LeastRequestFallback,
             Reason::Weighted => kvroute_reason::Weighted,
             Reason::LeastTtft => kvroute_reason::LeastTtft,
+            Reason::LeastTtftProbe => kvroute_reason::LeastTtftProbe,
         }
     }
 }

@@ -22,13 +22,16 @@ pub enum Reason {
     Weighted,
     /// `least-ttft`: the smallest predicted time to first token plus prefill stall charge.
     LeastTtft,
+    /// `least-ttft`: sent to a pod not yet probed, because the cheapest pod would have made it
+    /// wait at least `explore_wait_ms` ([`crate::TtftConfig::explore_wait_ms`]).
+    LeastTtftProbe,
 }
 
 impl Reason {
     /// Every reason, in a stable order (the order of [`crate::ModelStats::routed_by_reason`]).
     /// The order is append-only: new reasons are added at the end, so positions are stable
     /// codes (the C ABI relies on it).
-    pub const ALL: [Reason; 7] = [
+    pub const ALL: [Reason; 8] = [
         Reason::Random,
         Reason::LeastRequest,
         Reason::PrefixMatch,
@@ -36,6 +39,7 @@ impl Reason {
         Reason::LeastRequestFallback,
         Reason::Weighted,
         Reason::LeastTtft,
+        Reason::LeastTtftProbe,
     ];
 
     /// The label; for prefix-cache reasons it is AIBrix's `selection` label value.
@@ -48,6 +52,7 @@ impl Reason {
             Reason::LeastRequestFallback => "least_request_fallback",
             Reason::Weighted => "weighted",
             Reason::LeastTtft => "least_ttft",
+            Reason::LeastTtftProbe => "least_ttft_probe",
         }
     }
 
@@ -60,7 +65,7 @@ impl Reason {
                 "prefix-cache"
             }
             Reason::Weighted => "weighted",
-            Reason::LeastTtft => "least-ttft",
+            Reason::LeastTtft | Reason::LeastTtftProbe => "least-ttft",
         }
     }
 

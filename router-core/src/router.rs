@@ -501,7 +501,7 @@ impl Router {
                 match select::explore(i, &s.estimates, &s.costs, self.config.ttft.explore_wait_ms) {
                     Some(probe) => {
                         runner_up = Some(i);
-                        (probe, Reason::LeastTtft, false)
+                        (probe, Reason::LeastTtftProbe, false)
                     }
                     None => (i, Reason::LeastTtft, false),
                 }

@@ -31,7 +31,7 @@ pub struct ModelStats {
     pub decisions_by_bucket: [u64; 5],
     /// Decisions by reason ([`Reason::ALL`] order). The prefix-cache entries are AIBrix's
     /// `selection` counts.
-    pub routed_by_reason: [u64; 7],
+    pub routed_by_reason: [u64; Reason::ALL.len()],
     /// Times prefix-cache's imbalance guard fired.
     pub imbalance_events: u64,
     /// Requests rejected because no pod of the model was ready.
@@ -43,7 +43,7 @@ impl ModelStats {
         ModelStats {
             model,
             decisions_by_bucket: [0; 5],
-            routed_by_reason: [0; 7],
+            routed_by_reason: [0; Reason::ALL.len()],
             imbalance_events: 0,
             no_ready_pod: 0,
         }

@@ -529,7 +529,10 @@ fn a_long_wait_sends_a_request_to_probe_an_idle_unknown_pod() {
                     t(1_600 + u64::from(i)),
                 )
                 .unwrap();
-            placed.push((d.pod == known, d.prediction.queue_ms));
+            let explored = d.reason == Reason::LeastTtftProbe;
+            assert_eq!(explored, d.to_string().contains("least_ttft_probe"), "{d}");
+            assert!(explored || d.reason == Reason::LeastTtft, "{d}");
+            placed.push((d.pod == known, d.prediction.queue_ms, explored));
         }
         placed
     };
@@ -545,7 +548,7 @@ fn a_long_wait_sends_a_request_to_probe_an_idle_unknown_pod() {
     );
     let waited = placements(0.0);
     assert!(
-        waited[..3].iter().all(|(home, _)| *home) && waited[1].1 >= 500,
+        waited[..3].iter().all(|(home, _, probe)| *home && !probe) && waited[1].1 >= 500,
         "{waited:?}"
     );
 }

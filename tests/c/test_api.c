@@ -43,6 +43,7 @@ static void test_status_strings(void) {
   CHECK(strcmp(kvroute_status_str(77777), "KVROUTE_STATUS_UNKNOWN") == 0);
   CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_PREFIX_MATCH), "prefix_match") == 0);
   CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_LEAST_REQUEST_FALLBACK), "least_request_fallback") == 0);
+  CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_LEAST_TTFT_PROBE), "least_ttft_probe") == 0);
   CHECK(strcmp(kvroute_reason_str(999), "unknown") == 0);
 }
 
