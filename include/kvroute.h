@@ -725,8 +725,8 @@ kvroute_status kvroute_router_stats(const struct kvroute_router *router,
  * successful request teach the `least-ttft` model the pod's prefill and decode rates. `timings`
  * may be NULL (no timings, the same as `kvroute_router_complete()`); it is borrowed for the
  * call only. A `first_token_ms` or `total_ms` longer than the time since routing (on the
- * router's clock, `now_ms`) is taken as that time. Returns `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timings->known`,
- * otherwise the statuses of `kvroute_router_complete()`.
+ * router's clock, `now_ms`) is taken as that time. Returns `KVROUTE_STATUS_INVALID_PARAMETER`
+ * for unknown bits in `timings->known`, otherwise the statuses of `kvroute_router_complete()`.
  */
 kvroute_status kvroute_router_complete_with_timings(struct kvroute_router *router,
                                                     kvroute_ticket ticket,
@@ -980,8 +980,8 @@ kvroute_status kvroute_router_pod_address(const struct kvroute_router *router,
                                           size_t *out_n);
 
 /**
- * Builds a router with a copy of `config` (the caller may free the config right away). On success `*router_out` is a new router the caller owns and frees with
- * `kvroute_router_free()`.
+ * Builds a router with a copy of `config` (the caller may free the config right away). On
+ * success `*router_out` is a new router the caller owns and frees with `kvroute_router_free()`.
  *
  * Returns `KVROUTE_STATUS_NULL_PARAMETER` if either pointer is NULL.
  */

@@ -70,8 +70,8 @@ impl kvroute_timings {
 /// successful request teach the `least-ttft` model the pod's prefill and decode rates. `timings`
 /// may be NULL (no timings, the same as `kvroute_router_complete()`); it is borrowed for the
 /// call only. A `first_token_ms` or `total_ms` longer than the time since routing (on the
-/// router's clock, `now_ms`) is taken as that time. Returns `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timings->known`,
-/// otherwise the statuses of `kvroute_router_complete()`.
+/// router's clock, `now_ms`) is taken as that time. Returns `KVROUTE_STATUS_INVALID_PARAMETER`
+/// for unknown bits in `timings->known`, otherwise the statuses of `kvroute_router_complete()`.
 #[no_mangle]
 pub extern "C" fn kvroute_router_complete_with_timings(
     router: *mut kvroute_router,

@@ -170,8 +170,8 @@ macro_rules! try_opt_str {
     }};
 }
 
-/// Builds a router with a copy of `config` (the caller may free the config right away). On success `*router_out` is a new router the caller owns and frees with
-/// `kvroute_router_free()`.
+/// Builds a router with a copy of `config` (the caller may free the config right away). On
+/// success `*router_out` is a new router the caller owns and frees with `kvroute_router_free()`.
 ///
 /// Returns `KVROUTE_STATUS_NULL_PARAMETER` if either pointer is NULL.
 #[no_mangle]

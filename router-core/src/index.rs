@@ -8,9 +8,9 @@
 //!   TTL is dropped by [`PrefixIndex::expire`], which walks from the least recently written
 //!   block and stops at the first live one. (A purge that removes a block's newest pair leaves
 //!   the block where that write put it, so it may outlive its TTL there until the blocks
-//!   written before it have expired: lookups ignore it all the same, but it takes capacity.) (AIBrix keeps per-pod
-//!   times but never uses them, so a pod's stale entry stays matchable while another pod keeps
-//!   the block alive; kvroute expires each pair on its own.)
+//!   written before it have expired: lookups ignore it all the same, but it takes capacity.)
+//!   (AIBrix keeps per-pod times but never uses them, so a pod's stale entry stays matchable
+//!   while another pod keeps the block alive; kvroute expires each pair on its own.)
 //!
 //! Layout: a slab of 40-byte entries linked into an intrusive LRU list, plus a `HashTable` of
 //! `u32` slab slots keyed by the (seeded) hash of the block hash. About 48 bytes per block.

@@ -688,11 +688,9 @@ impl Router {
             return Ok(());
         }
         let (pod, issued) = (open.pod, open.issued);
-        // Never later than now: a longer time is a caller's error (see `Timings::at_most`).
         let since_routed = now.millis_since(issued);
-        let elapsed_ms = timings
-            .first_token_ms
-            .map_or(since_routed, |ms| ms.min(since_routed));
+        let timings = timings.at_most(since_routed);
+        let elapsed_ms = timings.first_token_ms.unwrap_or(since_routed);
         let timings = Timings {
             first_token_ms: Some(elapsed_ms),
             ..timings
