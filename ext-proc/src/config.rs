@@ -14,6 +14,7 @@ use kvroute_core::{RouterConfig, StrategySpec, TtftConfig};
 use serde::Deserialize;
 
 use crate::env::{EnvError, EnvSnapshot};
+use crate::health::{HealthSection, HealthSectionError};
 
 /// Default gRPC (ext_proc + health) listen address: loopback only.
 pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:50052";
@@ -70,6 +71,9 @@ pub enum ConfigError {
     /// A limit is out of range.
     #[error("invalid limit: {0}")]
     Limit(String),
+    /// A `[health]` value is out of range.
+    #[error(transparent)]
+    Health(#[from] HealthSectionError),
 }
 
 /// The TOML file as written. Every key is optional; see `ext-proc/README.md` for the format.
@@ -97,6 +101,9 @@ pub struct FileConfig {
     /// `[stream_timing]`: timing a few streaming responses through kvroute.
     #[serde(default)]
     pub stream_timing: StreamTimingSection,
+    /// `[health]`: pod ejection and active checks ([`crate::health`]).
+    #[serde(default)]
+    pub health: HealthSection,
     /// `[models.<name>]`: the pods serving each model.
     #[serde(default)]
     pub models: BTreeMap<String, ModelSection>,
@@ -125,6 +132,10 @@ pub struct RoutingSection {
     pub default_model: Option<String>,
     /// Ticket safety-net lifetime in seconds (default 1800).
     pub ticket_ttl_secs: Option<u64>,
+    /// Whether clients see the `target-pod`, `target-pod-ip` and `x-kvroute-decision` response
+    /// headers, which reveal pod names, addresses and loads (default true, as AIBrix sends
+    /// `target-pod` and `target-pod-ip`). `routing-strategy` and `request-id` are always sent.
+    pub expose_pod_headers: Option<bool>,
 }
 
 /// `[prefix_cache]`, with AIBrix's names.
@@ -301,6 +312,10 @@ pub struct Config {
     pub scrape_timeout: Duration,
     /// Most streaming responses timed through kvroute at once (0 = none).
     pub max_timed_streams: usize,
+    /// The active check when scraping is off: every interval, `GET` this path; `None` = off.
+    pub health_check: Option<(Duration, String)>,
+    /// Whether clients see `target-pod`, `target-pod-ip` and `x-kvroute-decision`.
+    pub expose_pod_headers: bool,
 }
 
 impl Config {
@@ -395,6 +410,7 @@ pub fn build(
             .unwrap_or(defaults.stddev_factor),
         default_strategy,
         ttft: file.ttft.to_core(),
+        health: file.health.to_core()?,
     };
     router.validate()?;
 
@@ -456,6 +472,8 @@ pub fn build(
             .stream_timing
             .max_streams
             .unwrap_or(DEFAULT_MAX_TIMED_STREAMS),
+        health_check: file.health.check()?,
+        expose_pod_headers: file.routing.expose_pod_headers.unwrap_or(true),
     })
 }
 

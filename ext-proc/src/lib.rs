@@ -15,7 +15,9 @@
 //! [`extract`] (prompt), [`respond`] (replies), [`ticket_guard`] (exactly-once release),
 //! [`stream_timing`] (first token and usage of a few streamed responses);
 //! [`shared`] (router + settings), [`metrics`], [`admin`], [`maintenance`] (router timers),
-//! [`reload`] (SIGHUP / file change), [`scrape`] (engine `/metrics` → the core), [`shutdown`], [`envoy_config`] (Envoy YAML).
+//! [`reload`] (SIGHUP / file change), [`scrape`] (engine `/metrics` → the core, and the
+//! active health checks), [`health`] (outcomes and the `[health]` section), [`shutdown`],
+//! [`envoy_config`] (Envoy YAML).
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
@@ -25,7 +27,9 @@ pub mod cli;
 pub mod config;
 pub mod env;
 pub mod envoy_config;
+pub mod envoy_context;
 pub mod extract;
+pub mod health;
 pub mod maintenance;
 pub mod metrics;
 pub mod reload;

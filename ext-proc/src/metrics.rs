@@ -323,6 +323,34 @@ impl prometheus_client::collector::Collector for RouterCollector {
             "Requests routed to the pod",
             &pod_routed,
         )?;
+        let (mut ejected, mut ejections, mut checks_failing) = (vec![], vec![], vec![]);
+        for p in &stats.pods {
+            let pod = kv(&[("pod", &p.name)]);
+            ejected.push((pod.clone(), i64::from(p.health.ejected)));
+            checks_failing.push((pod, i64::from(p.health.checks_failing)));
+            for (i, reason) in crate::health::ejection_reasons() {
+                let l = kv(&[("pod", &p.name), ("reason", reason)]);
+                ejections.push((l, p.health.ejections[i]));
+            }
+        }
+        gauge(
+            &mut enc,
+            "kvroute_pod_ejected",
+            "1 while the pod is ejected for failing requests (waiting out its ejection or probing), else 0",
+            &ejected,
+        )?;
+        counter(
+            &mut enc,
+            "kvroute_pod_ejections",
+            "Times the pod was ejected, by reason (consecutive_5xx, consecutive_gateway_failure)",
+            &ejections,
+        )?;
+        gauge(
+            &mut enc,
+            "kvroute_pod_health_checks_failing",
+            "1 while the pod's active health checks (engine metrics scrapes or GET /health) fail, else 0",
+            &checks_failing,
+        )?;
 
         let predicted: Vec<_> = stats
             .pods

@@ -219,6 +219,9 @@ pub enum Reject {
     UnknownModel(String),
     /// 503: the model has no ready pod (`x-error-no-model-backends: true`).
     NoReadyPod(String),
+    /// 503: the gateway's endpoint subset hint names no ready pod of the model
+    /// (`x-error-routing: true`; the Gateway API Inference Extension's protocol says 503).
+    NoPodInSubset(String),
     /// 400: the `routing-strategy` header does not parse (`x-error-routing: true`).
     BadStrategy(String),
     /// 400: the body is not usable JSON (`x-error-request-body-processing: true`).
@@ -240,7 +243,7 @@ impl Reject {
             | Reject::BadStrategy(_)
             | Reject::BadBody(_)
             | Reject::NoMessages => 400,
-            Reject::NoReadyPod(_) => 503,
+            Reject::NoReadyPod(_) | Reject::NoPodInSubset(_) => 503,
             Reject::TooLarge { .. } => 413,
         }
     }
@@ -250,6 +253,7 @@ impl Reject {
         match self {
             Reject::UnknownModel(_) => "model_not_found",
             Reject::NoReadyPod(_) => "no_ready_pod",
+            Reject::NoPodInSubset(_) => "no_pod_in_subset",
             Reject::BadStrategy(_) => "bad_strategy",
             Reject::BadBody(_) => "bad_body",
             Reject::NoMessages => "no_messages",
@@ -281,6 +285,13 @@ impl Reject {
                 Some("service_unavailable"),
                 None,
                 "x-error-no-model-backends",
+                b"true".to_vec(),
+            ),
+            Reject::NoPodInSubset(m) => (
+                format!("no ready pod for model {m} among the endpoints the gateway allows"),
+                Some("service_unavailable"),
+                None,
+                "x-error-routing",
                 b"true".to_vec(),
             ),
             Reject::BadStrategy(s) => (

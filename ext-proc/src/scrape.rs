@@ -3,6 +3,11 @@
 //! `scrape_timeout`), parsed as vLLM's Prometheus text ([`parse`]) and handed to the core with
 //! [`kvroute_core::Router::observe_engine`], so that `least-ttft` sees the engines' own queues.
 //!
+//! Each scrape is also the pod's active health check
+//! ([`kvroute_core::Router::report_health_check`]): a 2xx answer passes (whatever the page
+//! holds), no answer or any other status fails. With scraping off, `[health] check_interval_ms`
+//! and `check_path` (default every second, `GET /health`) do the checking alone.
+//!
 //! Contract:
 //! - A pod whose scrape fails gets no snapshot; the core drops the last one after
 //!   `ttft.snapshot_max_age_ms` and the pod keeps routing on the router's own counts.
@@ -177,13 +182,22 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
 
 /// GETs `http://<address>/metrics` and returns the body text, all within `timeout`.
 pub async fn fetch(address: &str, timeout: Duration) -> Result<String, ScrapeError> {
-    match tokio::time::timeout(timeout, fetch_inner(address)).await {
+    fetch_path(address, "/metrics", timeout).await
+}
+
+/// GETs `http://<address><path>` and returns the body text, all within `timeout`.
+pub async fn fetch_path(
+    address: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<String, ScrapeError> {
+    match tokio::time::timeout(timeout, fetch_inner(address, path)).await {
         Ok(r) => r,
         Err(_) => Err(ScrapeError::Timeout),
     }
 }
 
-async fn fetch_inner(address: &str) -> Result<String, ScrapeError> {
+async fn fetch_inner(address: &str, path: &str) -> Result<String, ScrapeError> {
     let http = |e: hyper::Error| ScrapeError::Http(e.to_string());
     let tcp = TcpStream::connect(address)
         .await
@@ -192,7 +206,7 @@ async fn fetch_inner(address: &str) -> Result<String, ScrapeError> {
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
         .await
         .map_err(http)?;
-    let request = hyper::Request::get("/metrics")
+    let request = hyper::Request::get(path)
         .header(hyper::header::HOST, address)
         .header(hyper::header::ACCEPT, "text/plain")
         .body(Empty::<Bytes>::new())
@@ -228,12 +242,17 @@ pub async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     let mut failing: HashMap<String, bool> = HashMap::new();
     loop {
         let settings = shared.settings();
-        let wait = match settings.scrape_interval {
-            None => {
+        let wait = match (settings.scrape_interval, &settings.health_check) {
+            (None, None) => {
                 shared.engines.lock().clear();
                 IDLE_CHECK
             }
-            Some(interval) => {
+            (None, Some((interval, path))) => {
+                shared.engines.lock().clear();
+                check_round(&shared, path, settings.scrape_timeout).await;
+                *interval
+            }
+            (Some(interval), _) => {
                 round(&shared, settings.scrape_timeout, &mut failing).await;
                 interval
             }
@@ -245,23 +264,54 @@ pub async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Scrapes every live pod once, concurrently.
-async fn round(shared: &Shared, timeout: Duration, failing: &mut HashMap<String, bool>) {
-    let pods: Vec<(kvroute_core::PodId, String, String)> = shared
+/// Every live pod: id, name, address.
+fn live_pods(shared: &Shared) -> Vec<(kvroute_core::PodId, String, String)> {
+    shared
         .router
         .lock()
         .pods()
         .into_iter()
         .map(|p| (p.id, p.name.to_string(), p.address.to_string()))
-        .collect();
+        .collect()
+}
+
+/// Reports one active check of `id` to the core and logs what it changed.
+fn report_check(shared: &Shared, id: kvroute_core::PodId, name: &str, address: &str, passed: bool) {
+    let now = shared.now();
+    // A pod removed by a reload since the list was taken is simply refused.
+    let event = shared.router.lock().report_health_check(id, passed, now);
+    if let Ok(Some(event)) = event {
+        crate::health::log_event(name, address, event, now.as_millis());
+    }
+}
+
+/// `GET path` on every live pod once, concurrently: the active checks when scraping is off.
+async fn check_round(shared: &Shared, path: &str, timeout: Duration) {
+    let pods = live_pods(shared);
+    let results = futures_util::future::join_all(
+        pods.iter()
+            .map(|(_, _, addr)| async move { fetch_path(addr, path, timeout).await }),
+    )
+    .await;
+    for ((id, name, address), result) in pods.iter().zip(results) {
+        report_check(shared, *id, name, address, result.is_ok());
+    }
+}
+
+/// Scrapes every live pod once, concurrently.
+async fn round(shared: &Shared, timeout: Duration, failing: &mut HashMap<String, bool>) {
+    let pods = live_pods(shared);
     let results = futures_util::future::join_all(pods.iter().map(|(_, _, addr)| async move {
-        fetch(addr, timeout).await.and_then(|text| parse(&text))
+        let text = fetch(addr, timeout).await;
+        let answered = text.is_ok();
+        (answered, text.and_then(|text| parse(&text)))
     }))
     .await;
     let now = shared.now();
     let mut good: Vec<(String, EngineSnapshot)> = Vec::with_capacity(pods.len());
     failing.retain(|name, _| pods.iter().any(|(_, n, _)| n == name));
-    for ((id, name, address), result) in pods.iter().zip(results) {
+    for ((id, name, address), (answered, result)) in pods.iter().zip(results) {
+        report_check(shared, *id, name, address, answered);
         let was_failing = failing.get(name).copied();
         match result {
             Ok(snapshot) => {

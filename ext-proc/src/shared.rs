@@ -29,8 +29,13 @@ pub struct RequestSettings {
     pub default_model: Option<String>,
     /// Time between two engine metrics scrapes; `None` = off.
     pub scrape_interval: Option<std::time::Duration>,
-    /// Time one scrape may take.
+    /// Time one scrape may take (and one active health check).
     pub scrape_timeout: std::time::Duration,
+    /// Whether clients see `target-pod`, `target-pod-ip` and `x-kvroute-decision`
+    /// (`[routing] expose_pod_headers`, default true as in AIBrix).
+    pub expose_pod_headers: bool,
+    /// The active check when scraping is off: `(interval, path)`; `None` = off.
+    pub health_check: Option<(std::time::Duration, String)>,
     /// Most responses timed at once ([`crate::stream_timing`]; 0 = none).
     pub max_timed_streams: usize,
     /// The engines' KV block size in tokens (`[ttft] engine_block_tokens`): a request predicted
@@ -49,6 +54,8 @@ impl RequestSettings {
                 .or_else(|| c.models.keys().next().cloned()),
             scrape_interval: c.scrape_interval,
             scrape_timeout: c.scrape_timeout,
+            health_check: c.health_check.clone(),
+            expose_pod_headers: c.expose_pod_headers,
             max_timed_streams: c.max_timed_streams,
             engine_block_tokens: c.router.ttft.engine_block_tokens,
         }

@@ -29,7 +29,9 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use kvroute_core::{Decision, RouteError, RouteRequest, StrategySpec};
 
+use crate::envoy_context;
 use crate::extract::{extract, reject, Endpoint};
+use crate::health::ResponseEnd;
 use crate::respond::{self, echoed_value, header, Reject, RouteTo};
 use crate::shared::Shared;
 use crate::stream_timing::{self, is_event_stream, ResponseTiming};
@@ -52,7 +54,8 @@ pub struct RequestInfo {
 
 impl RequestInfo {
     /// Reads the headers kvroute uses. Values arrive in `raw_value` (Envoy 1.40); `value` is
-    /// read as a fallback. Non-UTF-8 values count as absent.
+    /// read as a fallback. Non-UTF-8 values count as absent, except a `routing-strategy`,
+    /// which is kept (lossily) so that it gets the 400 of an invalid strategy.
     pub fn from_headers(h: &HttpHeaders) -> RequestInfo {
         let mut info = RequestInfo::default();
         let Some(map) = &h.headers else { return info };
@@ -62,7 +65,13 @@ impl RequestInfo {
             } else {
                 std::str::from_utf8(&hv.raw_value).ok()
             };
-            let Some(value) = value else { continue };
+            let Some(value) = value else {
+                // Not UTF-8: a strategy that cannot be valid gets the same 400 as any other.
+                if hv.key == "routing-strategy" {
+                    info.strategy = Some(String::from_utf8_lossy(&hv.raw_value).into_owned());
+                }
+                continue;
+            };
             match hv.key.as_str() {
                 ":path" => info.path = value.to_owned(),
                 "x-request-id" => info.request_id = Some(value.to_owned()),
@@ -103,6 +112,8 @@ pub struct StreamState {
     body_in_chunks: bool,
     routed: Option<Routed>,
     rejected: bool,
+    /// The gateway's endpoint subset hint, if it passed one ([`crate::envoy_context`]).
+    subset: Option<Vec<String>>,
 }
 
 impl StreamState {
@@ -116,6 +127,7 @@ impl StreamState {
             body_in_chunks: false,
             routed: None,
             rejected: false,
+            subset: None,
         }
     }
 
@@ -126,9 +138,12 @@ impl StreamState {
 
     /// Handles one message; `None` means no reply is due (after a rejection Envoy sends
     /// nothing more, and unknown message kinds need none).
-    pub fn on_message(&mut self, msg: ProcessingRequest) -> Option<ProcessingResponse> {
+    pub fn on_message(&mut self, mut msg: ProcessingRequest) -> Option<ProcessingResponse> {
         if self.rejected {
             return None;
+        }
+        if self.routed.is_none() && self.subset.is_none() {
+            self.subset = envoy_context::subset_hint(msg.metadata_context.as_ref());
         }
         if let Some(p) = &msg.protocol_config {
             let chunked = [BodySendMode::Streamed, BodySendMode::FullDuplexStreamed];
@@ -143,7 +158,12 @@ impl StreamState {
                 self.on_request_body(b.body, b.end_of_stream)
             }
             Request::RequestTrailers(_) => Ok(respond::continue_trailers(true)),
-            Request::ResponseHeaders(h) => Ok(self.on_response_headers(&h)),
+            Request::ResponseHeaders(h) => {
+                let details =
+                    envoy_context::string_attribute(&msg.attributes, envoy_context::CODE_DETAILS);
+                msg.attributes.clear();
+                Ok(self.on_response_headers(&h, details))
+            }
             Request::ResponseBody(b) => {
                 if let Some(t) = self.routed.as_mut().and_then(|r| r.guard.timing_mut()) {
                     t.on_chunk(&b.body, std::time::Instant::now());
@@ -157,6 +177,13 @@ impl StreamState {
             Err(reject) => {
                 self.rejected = true;
                 self.shared.metrics.reject(reject.kind());
+                if let Reject::BadBody(reason) = &reject {
+                    tracing::debug!(
+                        request_id = self.info.request_id.as_deref().unwrap_or(""),
+                        reason,
+                        "request body rejected"
+                    );
+                }
                 tracing::info!(
                     request_id = self.info.request_id.as_deref().unwrap_or(""),
                     status = reject.status(),
@@ -238,6 +265,10 @@ impl StreamState {
     ) -> Result<RoutedView, Reject> {
         let hash = self.shared.router.lock().hash_config();
         let hashes = hash.hashes(prompt);
+        let subset: Option<Vec<&str>> = self
+            .subset
+            .as_ref()
+            .map(|s| s.iter().map(String::as_str).collect());
         let now = self.shared.now();
         let started = std::time::Instant::now();
         let req = RouteRequest {
@@ -245,11 +276,13 @@ impl StreamState {
             strategy: self.strategy.as_ref(),
             hashes: &hashes,
             max_output_tokens,
+            endpoint_subset: subset.as_deref(),
         };
         let result = self.shared.router.lock().route(req, now);
         let decision = match result {
             Ok(d) => d,
             Err(RouteError::UnknownModel) => return Err(Reject::UnknownModel(model.to_owned())),
+            Err(RouteError::NoPodInSubset) => return Err(Reject::NoPodInSubset(model.to_owned())),
             Err(_) => return Err(Reject::NoReadyPod(model.to_owned())),
         };
         let guard = TicketGuard::new(self.shared.clone(), decision.ticket);
@@ -282,7 +315,11 @@ impl StreamState {
         Ok(view)
     }
 
-    fn on_response_headers(&mut self, h: &HttpHeaders) -> ProcessingResponse {
+    fn on_response_headers(
+        &mut self,
+        h: &HttpHeaders,
+        code_details: Option<String>,
+    ) -> ProcessingResponse {
         let value = |name: &str| {
             h.headers.as_ref().and_then(|m| {
                 m.headers.iter().find(|v| v.key == name).and_then(|v| {
@@ -298,12 +335,16 @@ impl StreamState {
         let status = value(":status").and_then(|s| s.parse::<u16>().ok());
         let mut headers = Vec::with_capacity(5);
         let mut timed = false;
+        let settings = self.shared.settings();
         if let Some(r) = &mut self.routed {
-            r.guard.on_response_status(status);
+            r.guard.on_response(ResponseEnd {
+                headers_seen: true,
+                status,
+                code_details,
+            });
             if status.is_some_and(|s| (200..300).contains(&s))
                 && value("content-type").is_some_and(is_event_stream)
             {
-                let settings = self.shared.settings();
                 let cold_prefill = r
                     .decision
                     .prediction
@@ -315,10 +356,14 @@ impl StreamState {
                     timed = true;
                 }
             }
-            headers.push(header("target-pod", r.pod_name.as_bytes()));
-            headers.push(header("target-pod-ip", r.address.as_bytes()));
+            if settings.expose_pod_headers {
+                headers.push(header("target-pod", r.pod_name.as_bytes()));
+                headers.push(header("target-pod-ip", r.address.as_bytes()));
+            }
             headers.push(header("routing-strategy", r.strategy.as_bytes()));
-            headers.push(header("x-kvroute-decision", r.decision.to_string()));
+            if settings.expose_pod_headers {
+                headers.push(header("x-kvroute-decision", r.decision.to_string()));
+            }
         }
         if let Some(id) = &self.info.request_id {
             headers.push(header("request-id", echoed_value(id)));

@@ -8,9 +8,12 @@
 //! (envoy-completion.md). tonic then drops the reply stream, the state and the guard: `Drop`
 //! is the only release path, and Rust runs it exactly once, also when unwinding.
 //!
-//! The outcome reported is `Success`, or `Failed` when the response headers carried a 5xx or
-//! no usable status; kvroute-ext-proc never reports `Cancelled` (a client abort cannot be told
-//! from a normal end, see below).
+//! The outcome reported is what [`ResponseEnd::outcome`] makes of the response headers (status
+//! and Envoy's `response.code_details`): success, failed (a 5xx from the pod), connect failure,
+//! reset or timeout (Envoy's own replies), or cancelled when no response headers came (the
+//! client left first); a client abort after the headers cannot be told from a normal end (see
+//! below). The core turns failures into pod ejections ([`kvroute_core::HealthConfig`]); what
+//! changes is logged here.
 //!
 //! Timings reported with the completion ([`Timings`]):
 //! - `total_ms` (route → end of the side stream, which Envoy closes within about a
@@ -35,6 +38,7 @@ use std::sync::Arc;
 
 use kvroute_core::{Completion, Outcome, Ticket, Timings};
 
+use crate::health::ResponseEnd;
 use crate::shared::Shared;
 use crate::stream_timing::ResponseTiming;
 
@@ -43,9 +47,8 @@ use crate::stream_timing::ResponseTiming;
 pub struct TicketGuard {
     shared: Arc<Shared>,
     ticket: Ticket,
-    outcome: Outcome,
     routed_at: Instant,
-    status: Option<u16>,
+    response: ResponseEnd,
     timing: Option<ResponseTiming>,
 }
 
@@ -55,20 +58,16 @@ impl TicketGuard {
         TicketGuard {
             shared,
             ticket,
-            outcome: Outcome::Success,
             routed_at: Instant::now(),
-            status: None,
+            response: ResponseEnd::default(),
             timing: None,
         }
     }
 
-    /// Records the response status Envoy reported (`None`: headers without a usable status).
-    /// A 5xx or missing status sets the outcome to `Failed`.
-    pub fn on_response_status(&mut self, status: Option<u16>) {
-        self.status = status;
-        if status.is_none_or(|s| s >= 500) {
-            self.outcome = Outcome::Failed;
-        }
+    /// Records what the response headers said (their status, and Envoy's code details when it
+    /// sent them).
+    pub fn on_response(&mut self, response: ResponseEnd) {
+        self.response = response;
     }
 
     /// Times the response's body from now on (kvroute asked Envoy to stream it through).
@@ -83,9 +82,12 @@ impl TicketGuard {
 
     /// What is reported at release, `now` being the release instant (see the module docs).
     pub fn completion(&self, now: Instant) -> Completion {
-        let mut c = Completion::new(self.outcome);
-        let ok = self.status.is_some_and(|s| (200..300).contains(&s));
-        if self.outcome == Outcome::Success && ok {
+        let mut c = Completion::new(self.response.outcome());
+        let ok = self
+            .response
+            .status
+            .is_some_and(|s| (200..300).contains(&s));
+        if c.outcome == Outcome::Success && ok {
             let ms = |at: Instant| {
                 u64::try_from(at.saturating_duration_since(self.routed_at).as_millis())
                     .unwrap_or(u64::MAX)
@@ -120,14 +122,23 @@ impl Drop for TicketGuard {
             }
         }
         let now = self.shared.now();
-        let result = self
-            .shared
-            .router
-            .lock()
-            .complete(self.ticket, completion, now);
+        let mut router = self.shared.router.lock();
+        let result = router.complete(self.ticket, completion, now);
+        let health = match &result {
+            Ok(r) => r.health.and_then(|event| {
+                let name = router.pod_name(r.pod)?.to_owned();
+                let address = router.pod_address(r.pod)?.to_owned();
+                Some((event, name, address))
+            }),
+            Err(_) => None,
+        };
+        drop(router);
         if let Err(e) = result {
             self.shared.metrics.release_error();
             tracing::error!(ticket = %self.ticket, error = %e, "ticket release refused");
+        }
+        if let Some((event, name, address)) = health {
+            crate::health::log_event(&name, &address, event, now.as_millis());
         }
     }
 }
@@ -172,7 +183,7 @@ mod tests {
         let usage = b"data: {\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":8}}}\n\n";
         let at = g_routed(&g, 90);
         g.timing_mut().unwrap().on_chunk(usage, at);
-        g.on_response_status(Some(200));
+        g.on_response(status(Some(200)));
         let c = g.completion(g_routed(&g, 100));
         assert_eq!(
             c.timings,
@@ -184,7 +195,7 @@ mod tests {
                 prompt_tokens: Some(10),
             }
         );
-        g.on_response_status(Some(503));
+        g.on_response(status(Some(503)));
         assert_eq!(g.completion(g_routed(&g, 100)).timings, Timings::default());
         drop(g);
         assert_eq!(budget.open(), 0);
@@ -207,7 +218,7 @@ mod tests {
                 let at = g_routed(&g, 5);
                 g.timing_mut().unwrap().on_chunk(b"data: {}\n\n", at);
             }
-            g.on_response_status(Some(status));
+            g.on_response(super::tests::status(Some(status)));
         };
         end(200, false);
         end(503, false); // a failure is not counted
@@ -228,6 +239,14 @@ mod tests {
         assert_eq!(budget.open(), 0);
     }
 
+    fn status(status: Option<u16>) -> ResponseEnd {
+        ResponseEnd {
+            headers_seen: true,
+            status,
+            code_details: None,
+        }
+    }
+
     fn g_routed(g: &TicketGuard, ms: u64) -> Instant {
         g.routed_at + Duration::from_millis(ms)
     }
@@ -237,8 +256,8 @@ mod tests {
         let later = |g: &TicketGuard| g.routed_at + Duration::from_millis(250);
         let mut g = guard();
         let c = g.completion(later(&g));
-        assert_eq!(c, Completion::new(Outcome::Success), "no response seen");
-        g.on_response_status(Some(200));
+        assert_eq!(c, Completion::new(Outcome::Cancelled), "no response seen");
+        g.on_response(status(Some(200)));
         let c = g.completion(later(&g));
         assert_eq!(c.outcome, Outcome::Success);
         assert_eq!(c.timings.total_ms, Some(250));
@@ -249,7 +268,7 @@ mod tests {
             (Some(404), Outcome::Success),
         ] {
             let mut g = guard();
-            g.on_response_status(status);
+            g.on_response(super::tests::status(status));
             let c = g.completion(later(&g));
             assert_eq!(c, Completion::new(outcome), "{status:?}");
         }

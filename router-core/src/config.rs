@@ -1,6 +1,7 @@
 //! Router configuration: every constant of the routing behaviour, with the value AIBrix ships.
 
 use crate::hash::{mix64, HashConfig, InvalidBlockSize, DEFAULT_BLOCK_SIZE};
+use crate::health::HealthConfig;
 use crate::strategy::StrategySpec;
 use crate::ttft::TtftConfig;
 
@@ -51,6 +52,8 @@ pub struct RouterConfig {
     pub default_strategy: StrategySpec,
     /// The TTFT model behind `least-ttft` (and the predictions every decision carries).
     pub ttft: TtftConfig,
+    /// Pod health: outcome-based ejection and active checks (Envoy-like defaults).
+    pub health: HealthConfig,
 }
 
 impl Default for RouterConfig {
@@ -66,6 +69,7 @@ impl Default for RouterConfig {
             stddev_factor: DEFAULT_STDDEV_FACTOR,
             default_strategy: StrategySpec::default(),
             ttft: TtftConfig::default(),
+            health: HealthConfig::default(),
         }
     }
 }
@@ -86,6 +90,9 @@ pub enum ConfigError {
     /// A field of the TTFT model is out of range (named).
     #[error("{0} is out of range")]
     InvalidTtft(&'static str),
+    /// A field of the health rules is out of range (named).
+    #[error("{0} is out of range")]
+    InvalidHealth(&'static str),
     /// The σ factor is negative or not finite.
     #[error("standard deviation factor must be finite and >= 0, got {0}")]
     InvalidStddevFactor(f64),
@@ -109,6 +116,9 @@ impl RouterConfig {
         }
         if let Some(field) = self.ttft.invalid_field() {
             return Err(ConfigError::InvalidTtft(field));
+        }
+        if let Some(field) = self.health.invalid_field() {
+            return Err(ConfigError::InvalidHealth(field));
         }
         Ok(())
     }

@@ -177,6 +177,12 @@ pub struct Decision {
     pub loads: LoadSnapshot,
     /// The TTFT model's view of the chosen pod.
     pub prediction: Prediction,
+    /// Pods of the model that were no candidates because of their health (ejected, one probe
+    /// already out, or failing active checks); configured-unready pods are not counted.
+    pub excluded: u32,
+    /// The request is the probe of a pod whose ejection is over: its outcome decides whether
+    /// the pod is back in service.
+    pub health_probe: bool,
 }
 
 /// Renders the decision as one ASCII line with no commas or quotes, fit for a response header
@@ -210,6 +216,12 @@ impl fmt::Display for Decision {
         )?;
         if let Some(r) = p.runner_up_ttft_ms {
             write!(f, " runner_up_ttft_ms={r}")?;
+        }
+        if self.excluded > 0 {
+            write!(f, " excluded={}", self.excluded)?;
+        }
+        if self.health_probe {
+            f.write_str(" health_probe=1")?;
         }
         Ok(())
     }

@@ -63,6 +63,7 @@ pub mod body;
 mod config;
 mod decision;
 mod hash;
+mod health;
 mod ids;
 mod index;
 mod registry;
@@ -80,6 +81,11 @@ pub use config::{
 };
 pub use decision::{Decision, LoadSnapshot, Prediction, Reason};
 pub use hash::{BlockHash, HashConfig, InvalidBlockSize, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE};
+pub use health::{
+    EjectionReason, HealthConfig, HealthEvent, PodHealth, Readmission, DEFAULT_BASE_EJECTION_MS,
+    DEFAULT_CONSECUTIVE_5XX, DEFAULT_CONSECUTIVE_GATEWAY_FAILURES, DEFAULT_HEALTHY_THRESHOLD,
+    DEFAULT_MAX_EJECTION_MS, DEFAULT_MAX_EJECTION_PERCENT, DEFAULT_UNHEALTHY_THRESHOLD,
+};
 pub use ids::{ModelId, PodId, Ticket};
 pub use index::{IndexStats, PrefixIndex};
 pub use registry::{PodInfo, PodSpec, RegistryError};

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 use smallvec::SmallVec;
 
+use crate::health::{Health, PodHealth};
 use crate::ids::{ModelId, PodId};
 use crate::ttft::{GlobalModel, PodModel, TtftConfig};
 
@@ -73,6 +74,8 @@ pub struct PodInfo {
     pub tpot_ms: f64,
     /// The TTFT model's fixed part of a TTFT for it, ms (the prior until learned).
     pub overhead_ms: f64,
+    /// Its health: ejection, probing, active checks ([`crate::HealthConfig`]).
+    pub health: PodHealth,
 }
 
 #[derive(Debug)]
@@ -87,6 +90,15 @@ pub(crate) struct Pod {
     pub(crate) routed: u64,
     pub(crate) models: SmallVec<[ModelId; 2]>,
     pub(crate) model: PodModel,
+    pub(crate) health: Health,
+}
+
+/// The counters of a removed pod, kept by name so that the pod added again under that name
+/// carries them on (exported counters never go back).
+#[derive(Clone, Copy, Debug, Default)]
+struct Retired {
+    routed: u64,
+    ejections: [u64; 2],
 }
 
 #[derive(Debug)]
@@ -105,6 +117,7 @@ pub(crate) struct Registry {
     pub(crate) models: Vec<Model>,
     pod_by_name: HashMap<Arc<str>, PodId, ahash::RandomState>,
     model_by_name: HashMap<Arc<str>, ModelId, ahash::RandomState>,
+    retired: HashMap<Arc<str>, Retired, ahash::RandomState>,
 }
 
 fn valid_address(addr: &str) -> bool {
@@ -128,6 +141,12 @@ impl Registry {
                 k(22),
                 k(23),
                 k(24),
+            )),
+            retired: HashMap::with_hasher(ahash::RandomState::with_seeds(
+                k(31),
+                k(32),
+                k(33),
+                k(34),
             )),
         }
     }
@@ -180,15 +199,17 @@ impl Registry {
         }
         let id = PodId(u32::try_from(self.pods.len()).unwrap_or(u32::MAX));
         let name: Arc<str> = Arc::from(spec.name);
+        let retired = self.retired.remove(&name).unwrap_or_default();
         self.pods.push(Pod {
             name: name.clone(),
             address: Arc::from(spec.address),
             ready: spec.ready,
             removed: false,
             in_flight: 0,
-            routed: 0,
+            routed: retired.routed,
             models: SmallVec::new(),
             model: PodModel::new(ttft),
+            health: Health::revived(retired.ejections),
         });
         self.pod_by_name.insert(name, id);
         Ok(id)
@@ -254,7 +275,8 @@ impl Registry {
         Ok(id)
     }
 
-    /// Marks the pod removed; its slot stays so the id is never reused.
+    /// Marks the pod removed; its slot stays so the id is never reused, and its counters are
+    /// kept for a pod added again under its name.
     pub(crate) fn remove_pod(&mut self, pod: PodId) -> Result<(), RegistryError> {
         let p = self.pod_mut(pod)?;
         p.removed = true;
@@ -262,10 +284,15 @@ impl Registry {
         p.in_flight = 0;
         let models = std::mem::take(&mut p.models);
         let name = p.name.clone();
+        let retired = Retired {
+            routed: p.routed,
+            ejections: p.health.ejections(),
+        };
         for m in models {
             self.models[m.index()].pods.retain(|x| *x != pod);
         }
         self.pod_by_name.remove(&name);
+        self.retired.insert(name, retired);
         Ok(())
     }
 
@@ -288,6 +315,7 @@ impl Registry {
             prefill_tokens_per_s: p.model.prefill_rate(global),
             tpot_ms: p.model.tpot_ms.get(),
             overhead_ms: p.model.overhead_ms.get(),
+            health: p.health.view(),
         })
     }
 

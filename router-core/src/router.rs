@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::config::{ConfigError, RouterConfig};
 use crate::decision::{Decision, LoadSnapshot, Prediction, Reason};
 use crate::hash::{BlockHash, HashConfig};
+use crate::health::{Admission, HealthEvent, Readmission, Verdict};
 use crate::ids::{ModelId, PodId, Ticket};
 use crate::index::PrefixIndex;
 use crate::registry::{PodInfo, PodSpec, Registry, RegistryError};
@@ -28,6 +29,9 @@ pub struct RouteRequest<'a> {
     /// The request's output-token limit (`max_completion_tokens` or `max_tokens`), when it
     /// sets one: least-ttft predicts its decode as at most that many tokens.
     pub max_output_tokens: Option<u32>,
+    /// The Gateway API Inference Extension's subset hint: when set, only pods whose `ip:port`
+    /// is listed are candidates (none of them ready and healthy: [`RouteError::NoPodInSubset`]).
+    pub endpoint_subset: Option<&'a [&'a str]>,
 }
 
 impl<'a> RouteRequest<'a> {
@@ -38,6 +42,16 @@ impl<'a> RouteRequest<'a> {
             strategy: None,
             hashes,
             max_output_tokens: None,
+            endpoint_subset: None,
+        }
+    }
+
+    /// The same request restricted to the pods at these `ip:port` addresses (see
+    /// [`RouteRequest::endpoint_subset`]).
+    pub fn with_endpoint_subset(self, addresses: &'a [&'a str]) -> Self {
+        RouteRequest {
+            endpoint_subset: Some(addresses),
+            ..self
         }
     }
 
@@ -65,9 +79,13 @@ pub enum RouteError {
     /// No pod serves this model (AIBrix: 400 `model_not_found`).
     #[error("model does not exist")]
     UnknownModel,
-    /// The model is known but none of its pods is ready (AIBrix: 503).
+    /// The model is known but none of its pods is ready and in service (AIBrix: 503).
     #[error("no ready pod for model")]
     NoReadyPod,
+    /// The request named an endpoint subset and none of the model's pods in it is ready and in
+    /// service (the Gateway API Inference Extension answers 503).
+    #[error("no ready pod for model in the endpoint subset")]
+    NoPodInSubset,
 }
 
 #[derive(Debug, Default)]
@@ -82,6 +100,8 @@ struct Scratch {
     reuse: Vec<u32>,
     estimates: Vec<Estimate>,
     ends: Vec<u64>,
+    /// Pods of the model left out for their health in the last `candidates` call.
+    excluded: u32,
 }
 
 /// The request's size as the TTFT model sees it (prompt length is known only in hash blocks).
@@ -391,9 +411,13 @@ impl Router {
             self.unknown_model += 1;
             return Err(RouteError::UnknownModel);
         };
-        if !self.candidates(model, req.hashes, now) {
+        if !self.candidates(model, &req, now) {
             self.model_stats[model.index()].no_ready_pod += 1;
-            return Err(RouteError::NoReadyPod);
+            return Err(if req.endpoint_subset.is_some() {
+                RouteError::NoPodInSubset
+            } else {
+                RouteError::NoReadyPod
+            });
         }
         let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
         let job = self.estimates(&req, total_blocks, now);
@@ -401,28 +425,40 @@ impl Router {
         Ok(self.commit(model, req.hashes, job, picked, now))
     }
 
-    /// Step 1: the ready pods of `model` with their loads and prefix matches, into the scratch
-    /// candidates. False when no pod is ready.
-    fn candidates(&mut self, model: ModelId, hashes: &[BlockHash], now: Timestamp) -> bool {
+    /// Step 1: the ready pods of `model` that their health admits (in the request's endpoint
+    /// subset, when it has one), with their loads and prefix matches, into the scratch
+    /// candidates. False when there is none.
+    fn candidates(&mut self, model: ModelId, req: &RouteRequest<'_>, now: Timestamp) -> bool {
         let s = &mut self.scratch;
         s.cands.clear();
         s.pods.clear();
+        s.excluded = 0;
         for &pod in &self.registry.models[model.index()].pods {
             let p = &self.registry.pods[pod.index()];
-            if p.ready {
-                s.cands.push(Candidate {
-                    pod,
-                    load: p.in_flight,
-                    matched: 0,
-                });
-                s.pods.push(pod);
+            if !p.ready {
+                continue;
             }
+            if let Some(subset) = req.endpoint_subset {
+                if !subset.iter().any(|a| *a == &*p.address) {
+                    continue;
+                }
+            }
+            if p.health.admission(now) == Admission::No {
+                s.excluded += 1;
+                continue;
+            }
+            s.cands.push(Candidate {
+                pod,
+                load: p.in_flight,
+                matched: 0,
+            });
+            s.pods.push(pod);
         }
         if s.cands.is_empty() {
             return false;
         }
         self.index
-            .longest_matches(model, hashes, &s.pods, now, &mut s.matched);
+            .longest_matches(model, req.hashes, &s.pods, now, &mut s.matched);
         for (c, &m) in s.cands.iter_mut().zip(&s.matched) {
             c.matched = m;
         }
@@ -594,6 +630,8 @@ impl Router {
         };
         let ticket = self.tickets.issue(chosen.pod, model, now, context);
         let pod = &mut self.registry.pods[chosen.pod.index()];
+        let health_probe = pod.health.admission(now) == Admission::Probe;
+        pod.health.on_routed(ticket, now);
         pod.in_flight += 1;
         pod.routed += 1;
         let job = size.job(&chosen);
@@ -631,6 +669,8 @@ impl Router {
             total_blocks,
             loads,
             prediction,
+            excluded: s.excluded,
+            health_probe,
         }
     }
 
@@ -646,9 +686,12 @@ impl Router {
     ) -> Result<Released, TicketError> {
         let now = self.clock(now);
         let open = self.tickets.take(ticket)?;
-        self.tickets.stats.completed[outcome_index(completion.outcome)] += 1;
+        self.tickets.stats.completed[completion.outcome.index()] += 1;
         // Released before anything is learned: the slot is freed whatever learning does.
-        let released = self.release(ticket, open.pod, open.model, open.issued, now);
+        let mut released = self.release(ticket, open.pod, open.model, open.issued, now);
+        if !released.orphaned {
+            released.health = self.judge(open.pod, ticket, completion.outcome, now);
+        }
         if completion.outcome == Outcome::Success {
             if let Ok(p) = self.registry.pod_mut(open.pod) {
                 let timings = completion.timings.at_most(now.millis_since(open.issued));
@@ -739,19 +782,98 @@ impl Router {
             model,
             orphaned,
             age_ms: now.millis_since(issued),
+            health: None,
         }
+    }
+
+    // ----- health -----
+
+    /// Applies the outcome of `ticket` to the health of `pod` (live): ejection within the
+    /// models' caps, probe results.
+    fn judge(
+        &mut self,
+        pod: PodId,
+        ticket: Ticket,
+        outcome: Outcome,
+        now: Timestamp,
+    ) -> Option<HealthEvent> {
+        let cfg = self.config.health;
+        let verdict = self.registry.pods[pod.index()]
+            .health
+            .on_outcome(ticket, outcome, &cfg);
+        let health = &mut self.registry.pods[pod.index()].health;
+        match verdict {
+            Verdict::Nothing => None,
+            Verdict::Readmitted => Some(health.readmit(Readmission::Probe, now)),
+            Verdict::Reeject(reason) => Some(health.eject(reason, now, &cfg)),
+            Verdict::Eject(reason) => {
+                if self.may_eject(pod) {
+                    let health = &mut self.registry.pods[pod.index()].health;
+                    Some(health.eject(reason, now, &cfg))
+                } else {
+                    Some(HealthEvent::EjectionSkipped { reason })
+                }
+            }
+        }
+    }
+
+    /// Whether ejecting `pod` keeps every model it serves within
+    /// [`crate::HealthConfig::max_ejection_percent`] and with another pod in service (ready,
+    /// not ejected, checks passing).
+    fn may_eject(&self, pod: PodId) -> bool {
+        let reg = &self.registry;
+        reg.pods[pod.index()].models.iter().all(|m| {
+            let pods = &reg.models[m.index()].pods;
+            let (mut ejected, mut others_in_service) = (0, 0);
+            for &p in pods {
+                let h = &reg.pods[p.index()].health;
+                if h.is_ejected() {
+                    ejected += 1;
+                } else if p != pod && reg.pods[p.index()].ready && h.in_service() {
+                    others_in_service += 1;
+                }
+            }
+            others_in_service > 0 && ejected < self.config.health.max_ejected(pods.len())
+        })
+    }
+
+    /// Reports an active health check of `pod` (a scrape of its engine's `/metrics` or a
+    /// `GET /health`) that passed or failed at `now`. Failing checks take the pod out of
+    /// service; a passing one after failures can end an ejection for gateway failures (see
+    /// [`crate::HealthConfig`]). Returns what changed.
+    pub fn report_health_check(
+        &mut self,
+        pod: PodId,
+        passed: bool,
+        now: Timestamp,
+    ) -> Result<Option<HealthEvent>, RegistryError> {
+        let now = self.clock(now);
+        let cfg = self.config.health;
+        Ok(self
+            .registry
+            .pod_mut(pod)?
+            .health
+            .on_check(passed, now, &cfg))
     }
 
     // ----- timers -----
 
-    /// Does the time-driven work due at `now`: drops index blocks past their TTL and expires
-    /// tickets older than the ticket TTL (releasing their slots). Call it at
-    /// [`Router::poll_timeout`].
+    /// Does the time-driven work due at `now`: drops index blocks past their TTL, expires
+    /// tickets older than the ticket TTL (releasing their slots), and moves pods whose ejection
+    /// is over to probing. Call it at [`Router::poll_timeout`].
     pub fn handle_timeout(&mut self, now: Timestamp) {
         let now = self.clock(now);
         self.index.expire(now);
         while let Some((ticket, t)) = self.tickets.pop_expired(now, self.config.ticket_ttl_ms) {
             self.release(ticket, t.pod, t.model, t.issued, now);
+            if let Ok(p) = self.registry.pod_mut(t.pod) {
+                p.health.forget_probe(ticket);
+            }
+        }
+        for pod in &mut self.registry.pods {
+            if !pod.removed {
+                pod.health.expire_ejection(now);
+            }
         }
     }
 
@@ -761,10 +883,14 @@ impl Router {
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         let index = self.index.next_expiry();
         let tickets = self.tickets.next_expiry(self.config.ticket_ttl_ms);
-        match (index, tickets) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let ejections = self
+            .registry
+            .pods
+            .iter()
+            .filter(|p| !p.removed)
+            .filter_map(|p| p.health.ejection_end())
+            .min();
+        [index, tickets, ejections].into_iter().flatten().min()
     }
 
     // ----- observation -----
@@ -825,13 +951,5 @@ impl Router {
             }
         }
         self.index.check_invariants()
-    }
-}
-
-fn outcome_index(o: Outcome) -> usize {
-    match o {
-        Outcome::Success => 0,
-        Outcome::Cancelled => 1,
-        Outcome::Failed => 2,
     }
 }

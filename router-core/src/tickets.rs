@@ -10,20 +10,36 @@ use crate::ids::{ModelId, PodId, Ticket};
 use crate::time::Timestamp;
 use crate::ttft::TicketContext;
 
-/// How a request ended, as the shell saw it.
+/// How a request ended, as the shell saw it. What the pod's health makes of each is in the
+/// [`crate::HealthConfig`] docs: a cancel never counts against a pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Outcome {
-    /// The response finished normally.
-    Success,
-    /// The client went away or the stream was reset before the response finished.
-    Cancelled,
-    /// The upstream answered with an error or could not be reached.
-    Failed,
+    /// The response finished normally (or with a client error such as a 4xx: the pod worked).
+    Success = 0,
+    /// The client went away before the response finished. Says nothing about the pod.
+    Cancelled = 1,
+    /// The upstream answered with a server error (5xx), or failed in a way the shell cannot
+    /// tell apart.
+    Failed = 2,
+    /// The pod could not be connected to (refused, unreachable, connect timeout).
+    ConnectFailed = 3,
+    /// The pod closed or reset the connection before the response ended.
+    Reset = 4,
+    /// The pod did not answer in time.
+    Timeout = 5,
 }
 
 impl Outcome {
-    /// Every outcome, in a stable order.
-    pub const ALL: [Outcome; 3] = [Outcome::Success, Outcome::Cancelled, Outcome::Failed];
+    /// Every outcome, in a stable order (the order of [`TicketStats::completed`]). The order
+    /// is append-only: positions are stable codes (the C ABI relies on it).
+    pub const ALL: [Outcome; 6] = [
+        Outcome::Success,
+        Outcome::Cancelled,
+        Outcome::Failed,
+        Outcome::ConnectFailed,
+        Outcome::Reset,
+        Outcome::Timeout,
+    ];
 
     /// A label for metrics and logs.
     pub const fn as_str(self) -> &'static str {
@@ -31,7 +47,20 @@ impl Outcome {
             Outcome::Success => "success",
             Outcome::Cancelled => "cancelled",
             Outcome::Failed => "failed",
+            Outcome::ConnectFailed => "connect_failed",
+            Outcome::Reset => "reset",
+            Outcome::Timeout => "timeout",
         }
+    }
+
+    /// Its position in [`Outcome::ALL`].
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether the request failed because of the pod (every outcome but success and cancel).
+    pub const fn is_failure(self) -> bool {
+        !matches!(self, Outcome::Success | Outcome::Cancelled)
     }
 }
 
@@ -118,6 +147,8 @@ pub struct Released {
     pub orphaned: bool,
     /// Milliseconds from routing to completion.
     pub age_ms: u64,
+    /// What the outcome changed in the pod's health, if anything.
+    pub health: Option<crate::health::HealthEvent>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -136,7 +167,7 @@ pub struct TicketStats {
     /// Tickets issued.
     pub issued: u64,
     /// Completions accepted, by [`Outcome`] in [`Outcome::ALL`] order.
-    pub completed: [u64; 3],
+    pub completed: [u64; 6],
     /// Tickets released by the TTL because no completion came.
     pub expired: u64,
     /// Tickets whose pod had been removed when they were completed or expired.

@@ -46,6 +46,11 @@ enum Op {
     Tick {
         dt: u32,
     },
+    /// An active health check of a pod.
+    Check {
+        pod: u8,
+        passed: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -54,7 +59,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..6, any::<bool>()).prop_map(|(pod, ready)| Op::SetReady { pod, ready }),
         1 => (0u8..6).prop_map(|pod| Op::RemovePod { pod }),
         8 => (0u8..5, 0u8..12, 0u8..6, 0u16..2_000).prop_map(|(family, len_blocks, strategy, dt)| Op::Route { family, len_blocks, strategy, dt }),
-        5 => (any::<u8>(), 0u8..3).prop_map(|(nth, outcome)| Op::Complete { nth, outcome }),
+        5 => (any::<u8>(), 0u8..6).prop_map(|(nth, outcome)| Op::Complete { nth, outcome }),
+        2 => (0u8..6, any::<bool>()).prop_map(|(pod, passed)| Op::Check { pod, passed }),
         1 => any::<u64>().prop_map(|raw| Op::CompleteBogus { raw }),
         3 => (any::<u8>(), any::<bool>(), any::<Option<u32>>(), any::<Option<u32>>(), any::<Option<u32>>())
             .prop_map(|(nth, bogus, first_ms, prompt, cached)| Op::FirstToken { nth, bogus, first_ms, prompt, cached }),
@@ -77,6 +83,14 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
         index_ttl_ms: 60_000,
         ticket_ttl_ms: 300_000,
         imbalance_abs_count: 3,
+        health: kvroute_core::HealthConfig {
+            consecutive_5xx: 2,
+            consecutive_gateway_failures: 1,
+            base_ejection_ms: 5_000,
+            max_ejection_percent: 50,
+            unhealthy_threshold: 2,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let mut r = Router::new(config).unwrap();
@@ -133,12 +147,25 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                     Ok(d) => {
                         let info = r.pod(d.pod).expect("routed to a live pod");
                         assert!(info.ready, "routed to an unready pod");
+                        assert!(
+                            !info.health.checks_failing,
+                            "routed to a pod failing checks"
+                        );
+                        assert!(
+                            !info.health.ejected || d.health_probe,
+                            "routed to an ejected pod, not as its probe"
+                        );
                         assert!(d.matched_blocks <= d.total_blocks && d.match_percent <= 100);
                         open.push(d.ticket);
                         log.push(format!("{}:{}", d.pod_name, d.reason));
                     }
                     Err(e) => {
-                        let any_ready = r.pods().iter().any(|p| p.ready);
+                        // Health may leave no candidate, but only through checks or probes
+                        // already out: ejection alone always leaves a pod in service.
+                        let any_ready = r
+                            .pods()
+                            .iter()
+                            .any(|p| p.ready && !p.health.checks_failing && !p.health.ejected);
                         assert!(
                             !any_ready || matches!(e, kvroute_core::RouteError::UnknownModel),
                             "{e}"
@@ -171,6 +198,12 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
                             .is_err(),
                         "second completion accepted"
                     );
+                }
+            }
+            Op::Check { pod, passed } => {
+                if let Some(id) = ids[pod as usize] {
+                    r.report_health_check(id, passed, Timestamp::from_millis(now))
+                        .unwrap();
                 }
             }
             Op::CompleteBogus { raw } => {

@@ -128,7 +128,7 @@ fn tickets_complete_exactly_once() {
     let st = r.stats().tickets;
     assert_eq!(
         (st.issued, st.completed, st.rejected, st.open),
-        (1, [0, 1, 0], 2, 0)
+        (1, [0, 1, 0, 0, 0, 0], 2, 0)
     );
 }
 

@@ -1,0 +1,121 @@
+//! What Envoy passes kvroute besides headers and bodies: the attributes its ext_proc filter
+//! is asked for (`response_attributes`), and the dynamic metadata it forwards
+//! (`metadata_options.forwarding_namespaces`), where a Gateway API Inference Extension gateway
+//! puts its endpoint subset hint.
+
+use std::collections::HashMap;
+
+use envoy_types::pb::envoy::config::core::v3::Metadata;
+use envoy_types::pb::google::protobuf::{value::Kind, Struct};
+
+/// The metadata namespace of the Gateway API Inference Extension's subset hint.
+pub const SUBSET_HINT_NAMESPACE: &str = "envoy.lb.subset_hint";
+/// Its key: the candidate endpoints, `ip:port` each.
+pub const SUBSET_HINT_KEY: &str = "x-gateway-destination-endpoint-subset";
+/// The response attribute that says who made a response and why (`via_upstream`, or Envoy's
+/// reason for its own reply).
+pub const CODE_DETAILS: &str = "response.code_details";
+
+/// The string attribute `name` from an attributes map (Envoy keys it by filter name; every
+/// entry is searched, so a renamed filter still works).
+pub fn string_attribute(attributes: &HashMap<String, Struct>, name: &str) -> Option<String> {
+    attributes
+        .values()
+        .find_map(|s| match s.fields.get(name)?.kind.as_ref()? {
+            Kind::StringValue(v) => Some(v.clone()),
+            _ => None,
+        })
+}
+
+/// The endpoint subset the gateway allows, when it passed one: a list of `ip:port` strings,
+/// or one string of them separated by commas. `None` when there is no hint; an empty list is a
+/// hint that allows nothing.
+pub fn subset_hint(metadata: Option<&Metadata>) -> Option<Vec<String>> {
+    let value = metadata?
+        .filter_metadata
+        .get(SUBSET_HINT_NAMESPACE)?
+        .fields
+        .get(SUBSET_HINT_KEY)?;
+    let split = |s: &str| -> Vec<String> {
+        s.split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    match value.kind.as_ref()? {
+        Kind::StringValue(s) => Some(split(s)),
+        Kind::ListValue(l) => Some(
+            l.values
+                .iter()
+                .filter_map(|v| match v.kind.as_ref()? {
+                    Kind::StringValue(s) => Some(split(s)),
+                    _ => None,
+                })
+                .flatten()
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::google::protobuf::{ListValue, Value};
+
+    use super::*;
+
+    fn string(s: &str) -> Value {
+        Value {
+            kind: Some(Kind::StringValue(s.to_owned())),
+        }
+    }
+
+    fn metadata(value: Value) -> Metadata {
+        let hint = Struct {
+            fields: [(SUBSET_HINT_KEY.to_owned(), value)].into_iter().collect(),
+        };
+        Metadata {
+            filter_metadata: [(SUBSET_HINT_NAMESPACE.to_owned(), hint)]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_subset_hint_is_read_as_a_list_or_a_comma_separated_string() {
+        assert_eq!(subset_hint(None), None);
+        assert_eq!(subset_hint(Some(&Metadata::default())), None);
+        let list = Value {
+            kind: Some(Kind::ListValue(ListValue {
+                values: vec![string("10.0.0.1:80"), string("10.0.0.2:80")],
+            })),
+        };
+        let want = vec!["10.0.0.1:80".to_owned(), "10.0.0.2:80".to_owned()];
+        assert_eq!(subset_hint(Some(&metadata(list))), Some(want.clone()));
+        let text = string("10.0.0.1:80, 10.0.0.2:80");
+        assert_eq!(subset_hint(Some(&metadata(text))), Some(want));
+        assert_eq!(subset_hint(Some(&metadata(string("")))), Some(vec![]));
+    }
+
+    #[test]
+    fn string_attributes_are_found_under_any_filter_name() {
+        let attrs: HashMap<String, Struct> = [(
+            "envoy.filters.http.ext_proc".to_owned(),
+            Struct {
+                fields: [(CODE_DETAILS.to_owned(), string("via_upstream"))]
+                    .into_iter()
+                    .collect(),
+            },
+        )]
+        .into_iter()
+        .collect();
+        assert_eq!(
+            string_attribute(&attrs, CODE_DETAILS).as_deref(),
+            Some("via_upstream")
+        );
+        assert_eq!(string_attribute(&attrs, "response.flags"), None);
+        assert_eq!(string_attribute(&HashMap::new(), CODE_DETAILS), None);
+    }
+}
