@@ -276,8 +276,50 @@ struct ServeArgs {
     /// Run the engine model this many times faster than real time.
     #[arg(long, default_value_t = 1.0)]
     speedup: f64,
+    /// The largest request body accepted, bytes; a larger one gets an OpenAI-style 413.
+    #[arg(long, default_value_t = serve::DEFAULT_MAX_BODY_BYTES,
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    max_body_bytes: usize,
+    /// Fault: answer faulted requests with this status (400–599; default 500 when
+    /// --fault-rate, --fault-after or --fault-health is given without a stall or close).
+    /// Alone, every inference request fails. Changeable at run time with POST /fault.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(400..=599))]
+    fault_status: Option<u16>,
+    /// Fault: fraction of inference requests faulted, 0.0–1.0, counter-based (the j-th is
+    /// faulted when floor(j·rate) > floor((j−1)·rate)).
+    #[arg(long)]
+    fault_rate: Option<f64>,
+    /// Fault: let the first N inference requests through, fault the later ones.
+    #[arg(long)]
+    fault_after: Option<u64>,
+    /// Fault: delay a faulted request's response headers this many ms (then it proceeds, or
+    /// fails with --fault-status when given).
+    #[arg(long)]
+    fault_stall_ms: Option<u64>,
+    /// Fault: drop a faulted request's TCP connection after reading it, with no response.
+    #[arg(long)]
+    fault_close: bool,
+    /// Fault: also fault /health and /metrics (a dead but listening engine).
+    #[arg(long)]
+    fault_health: bool,
     #[command(flatten)]
     engine: EngineArgs,
+}
+
+impl ServeArgs {
+    /// The start-up fault spec these flags give.
+    fn fault(&self) -> Result<serve::FaultSpec, String> {
+        serve::FaultRequest {
+            status: self.fault_status,
+            rate: self.fault_rate,
+            after: self.fault_after,
+            stall_ms: self.fault_stall_ms,
+            close: self.fault_close.then_some(true),
+            health: self.fault_health.then_some(true),
+        }
+        .into_spec()
+        .map_err(|e| format!("--fault-* flags: {e}"))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -350,6 +392,13 @@ fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
 }
 
 fn serve_cmd(a: ServeArgs) -> ExitCode {
+    let fault = match a.fault() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(c) => return c,
@@ -361,6 +410,8 @@ fn serve_cmd(a: ServeArgs) -> ExitCode {
         model: a.model,
         speedup: a.speedup,
         engine: a.engine.config(),
+        fault,
+        max_body_bytes: a.max_body_bytes,
     };
     match rt.block_on(serve::run(cfg)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,9 +1,10 @@
 //! The fake vLLM server and the load client, over real HTTP on 127.0.0.1 with ports chosen at
 //! run time. Bounded: every request has a timeout; the engine runs 50–200× faster than real time.
+//! The fault modes (`--fault-*`, `/fault`) and the body limit are tested here too.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -11,13 +12,21 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use kvroute_sim::engine::EngineConfig;
 use kvroute_sim::replay::{self, ReplayConfig};
-use kvroute_sim::serve::{BoundServer, ServeConfig};
+use kvroute_sim::serve::{BoundServer, FaultSpec, ServeConfig, DEFAULT_MAX_BODY_BYTES};
 use kvroute_sim::workload::{ArrivalProcess, Scenario};
 use serde_json::Value;
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
 async fn start(name: &str, speedup: f64) -> (String, tokio::sync::oneshot::Sender<()>) {
+    start_with(name, speedup, FaultSpec::default()).await
+}
+
+async fn start_with(
+    name: &str,
+    speedup: f64,
+    fault: FaultSpec,
+) -> (String, tokio::sync::oneshot::Sender<()>) {
     let cfg = ServeConfig {
         host: "127.0.0.1".into(),
         port: 0,
@@ -25,6 +34,8 @@ async fn start(name: &str, speedup: f64) -> (String, tokio::sync::oneshot::Sende
         model: "study".into(),
         speedup,
         engine: EngineConfig::default(),
+        fault,
+        max_body_bytes: DEFAULT_MAX_BODY_BYTES,
     };
     let server = BoundServer::bind(cfg).await.expect("bind");
     let url = format!("http://{}", server.local_addr());
@@ -39,23 +50,30 @@ fn client() -> HttpClient {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
-async fn post(
+/// Sends a request; returns the status, the headers, the time to the response headers and the
+/// body.
+async fn send(
     c: &HttpClient,
+    method: &str,
     url: &str,
     path: &str,
     headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, hyper::HeaderMap, String) {
-    let mut b =
-        hyper::Request::post(format!("{url}{path}")).header("content-type", "application/json");
+    body: impl Into<Bytes>,
+) -> (u16, hyper::HeaderMap, Duration, String) {
+    let mut b = hyper::Request::builder()
+        .method(method)
+        .uri(format!("{url}{path}"))
+        .header("content-type", "application/json");
     for (k, v) in headers {
         b = b.header(*k, *v);
     }
-    let req = b.body(Full::new(Bytes::from(body.to_owned()))).unwrap();
+    let req = b.body(Full::new(body.into())).unwrap();
+    let sent = Instant::now();
     let resp = tokio::time::timeout(Duration::from_secs(30), c.request(req))
         .await
         .expect("timely")
         .expect("response");
+    let to_headers = sent.elapsed();
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
     let body = tokio::time::timeout(Duration::from_secs(30), resp.into_body().collect())
@@ -65,21 +83,25 @@ async fn post(
     (
         status,
         headers,
+        to_headers,
         String::from_utf8_lossy(&body.to_bytes()).into_owned(),
     )
 }
 
+async fn post(
+    c: &HttpClient,
+    url: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, hyper::HeaderMap, String) {
+    let (status, headers, _, body) = send(c, "POST", url, path, headers, body.to_owned()).await;
+    (status, headers, body)
+}
+
 async fn get(c: &HttpClient, url: &str, path: &str) -> (u16, String) {
-    let req = hyper::Request::get(format!("{url}{path}"))
-        .body(Full::new(Bytes::new()))
-        .unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), c.request(req))
-        .await
-        .expect("timely")
-        .expect("response");
-    let status = resp.status().as_u16();
-    let body = resp.into_body().collect().await.expect("body").to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    let (status, _, _, body) = send(c, "GET", url, path, &[], Bytes::new()).await;
+    (status, body)
 }
 
 fn sse_payloads(body: &str) -> Vec<&str> {
@@ -312,20 +334,12 @@ async fn replay_measures_a_live_server() {
     .is_err());
 }
 
-#[test]
-fn the_binary_prints_its_port_and_stops_on_sigterm() {
+/// Starts the binary with `kvroute-sim serve --host 127.0.0.1 --port 0 ARGS...` and reads its
+/// address from the first line.
+fn spawn_serve(args: &[&str]) -> (Child, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_kvroute-sim"))
-        .args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--name",
-            "bin-a",
-            "--speedup",
-            "10",
-        ])
+        .args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -343,26 +357,418 @@ fn the_binary_prints_its_port_and_stops_on_sigterm() {
         addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
         "{addr}"
     );
-    // It answers.
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let (status, _) =
-        rt.block_on(async { get(&client(), &format!("http://{addr}"), "/health").await });
-    assert_eq!(status, 200);
+    (child, addr)
+}
+
+/// SIGTERM, then the process must exit with success within 10 s.
+fn stop(mut child: Child) {
     let kill = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         if let Some(st) = child.try_wait().unwrap() {
             assert!(st.success(), "exit status {st:?}");
             break;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "did not exit after SIGTERM"
-        );
+        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_binary_prints_its_port_and_stops_on_sigterm() {
+    let (child, addr) = spawn_serve(&["--name", "bin-a", "--speedup", "10"]);
+    // It answers.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (status, _) =
+        rt.block_on(async { get(&client(), &format!("http://{addr}"), "/health").await });
+    assert_eq!(status, 200);
+    stop(child);
+}
+
+const SMALL: &str = r#"{"model":"study","prompt":"a short prompt","max_tokens":2}"#;
+const CHAT: &str =
+    r#"{"model":"study","messages":[{"role":"user","content":"hello"}],"max_tokens":2}"#;
+
+/// The value of a `/metrics` sample (the whole line up to the value must match `series`).
+fn sample(metrics: &str, series: &str) -> u64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {series} in\n{metrics}"))
+}
+
+/// (faults by kind status/stall/close, requests the engine accepted).
+async fn counts(c: &HttpClient, url: &str) -> ([u64; 3], u64) {
+    let (status, m) = get(c, url, "/metrics").await;
+    assert_eq!(status, 200, "{m}");
+    let f = |k: &str| sample(&m, &format!("kvroute_sim_faults_total{{kind=\"{k}\"}}"));
+    (
+        [f("status"), f("stall"), f("close")],
+        sample(
+            &m,
+            "kvroute_sim:requests_received_total{model_name=\"study\"}",
+        ),
+    )
+}
+
+async fn set_fault(c: &HttpClient, url: &str, spec: &str) -> String {
+    let (status, headers, body) = post(c, url, "/fault", &[], spec).await;
+    assert_eq!(status, 200, "POST /fault {spec}: {body}");
+    assert!(headers.contains_key("x-kvroute-sim-replica"));
+    body
+}
+
+/// The statuses of `n` small completions sent one after another.
+async fn statuses(c: &HttpClient, url: &str, n: usize) -> Vec<u16> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(post(c, url, "/v1/completions", &[], SMALL).await.0);
+    }
+    out
+}
+
+fn assert_openai_error(body: &str, code: u16) -> Value {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let e = &v["error"];
+    assert_eq!(e["code"], code, "{body}");
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{body}"
+    );
+    assert!(e["type"].is_string(), "{body}");
+    assert!(e.get("param").is_some(), "{body}");
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_faults_switch_at_run_time_and_never_reach_the_engine() {
+    let (url, _stop) = start("flt-a", 200.0).await;
+    let c = client();
+    assert_eq!(get(&c, &url, "/fault").await, (200, "{}".to_owned()));
+    assert_eq!(statuses(&c, &url, 1).await, [200]);
+
+    // Every inference request fails, the other endpoints do not.
+    let spec = set_fault(&c, &url, r#"{"status":503,"rate":1.0}"#).await;
+    assert_eq!(spec, r#"{"status":503}"#);
+    assert_eq!(get(&c, &url, "/fault").await, (200, spec));
+    let (status, headers, body) = post(&c, &url, "/v1/completions", &[], SMALL).await;
+    assert_eq!(status, 503);
+    assert_eq!(headers["x-kvroute-sim-replica"], "flt-a");
+    assert_openai_error(&body, 503);
+    let (status, headers, body) = post(&c, &url, "/v1/chat/completions", &[], CHAT).await;
+    assert_eq!(
+        (status, headers["x-kvroute-sim-replica"].to_str().unwrap()),
+        (503, "flt-a")
+    );
+    assert_openai_error(&body, 503);
+    assert_eq!(get(&c, &url, "/v1/models").await.0, 503);
+    assert_eq!(get(&c, &url, "/health").await.0, 200);
+    // No engine work: still the one request from before, nothing cached by the failures.
+    let (faults, accepted) = counts(&c, &url).await;
+    assert_eq!((faults, accepted), ([3, 0, 0], 1));
+    let (_, m) = get(&c, &url, "/metrics").await;
+    let queried = sample(&m, "vllm:prefix_cache_queries_total{model_name=\"study\"}");
+
+    // Cleared with DELETE: served again.
+    let (status, _, _, body) = send(&c, "DELETE", &url, "/fault", &[], Bytes::new()).await;
+    assert_eq!((status, body.as_str()), (200, "{}"));
+    assert_eq!(statuses(&c, &url, 2).await, [200, 200]);
+
+    // Half of them, counter-based: the 2nd, 4th, ...; then cleared with `{}`.
+    let spec = set_fault(&c, &url, r#"{"rate":0.5,"status":502}"#).await;
+    assert_eq!(spec, r#"{"status":502,"rate":0.5}"#);
+    assert_eq!(statuses(&c, &url, 4).await, [200, 502, 200, 502]);
+    assert_eq!(set_fault(&c, &url, "{}").await, "{}");
+    assert_eq!(statuses(&c, &url, 2).await, [200, 200]);
+    let (faults, accepted) = counts(&c, &url).await;
+    assert_eq!((faults, accepted), ([5, 0, 0], 7));
+    let (_, m) = get(&c, &url, "/metrics").await;
+    assert!(sample(&m, "vllm:prefix_cache_queries_total{model_name=\"study\"}") > queried);
+
+    // The request header still works, and is counted.
+    let (status, headers, body) = post(
+        &c,
+        &url,
+        "/v1/completions",
+        &[("x-sim-status", "429")],
+        SMALL,
+    )
+    .await;
+    assert_eq!(
+        (status, headers["x-kvroute-sim-replica"].to_str().unwrap()),
+        (429, "flt-a")
+    );
+    assert_openai_error(&body, 429);
+    assert_eq!(counts(&c, &url).await, ([6, 0, 0], 7));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fault_after_n_requests_and_health_flag() {
+    let (url, _stop) = start("flt-b", 200.0).await;
+    let c = client();
+    // The first two succeed, every later one fails.
+    let spec = set_fault(&c, &url, r#"{"after":2,"status":503}"#).await;
+    assert_eq!(spec, r#"{"status":503,"after":2}"#);
+    assert_eq!(statuses(&c, &url, 5).await, [200, 200, 503, 503, 503]);
+    assert_eq!(get(&c, &url, "/health").await.0, 200);
+    // Setting a spec restarts its count.
+    set_fault(&c, &url, r#"{"after":2,"status":503}"#).await;
+    assert_eq!(statuses(&c, &url, 3).await, [200, 200, 503]);
+
+    // With `health`, /health and /metrics fail too once `after` requests have passed.
+    let spec = set_fault(&c, &url, r#"{"after":1,"status":500,"health":true}"#).await;
+    assert_eq!(spec, r#"{"status":500,"after":1,"health":true}"#);
+    assert_eq!(get(&c, &url, "/health").await.0, 200);
+    assert_eq!(statuses(&c, &url, 1).await, [200]);
+    for path in ["/health", "/metrics"] {
+        let (status, headers, _, body) = send(&c, "GET", &url, path, &[], Bytes::new()).await;
+        assert_eq!(status, 500, "{path}");
+        assert_eq!(headers["x-kvroute-sim-replica"], "flt-b");
+        assert_openai_error(&body, 500);
+    }
+    assert_eq!(statuses(&c, &url, 1).await, [500]);
+    // /fault and /reset_prefix_cache are never faulted.
+    assert_eq!(get(&c, &url, "/fault").await.0, 200);
+    assert_eq!(post(&c, &url, "/reset_prefix_cache", &[], "").await.0, 200);
+    // Clearing restores 200 everywhere.
+    set_fault(&c, &url, "{}").await;
+    assert_eq!(get(&c, &url, "/health").await.0, 200);
+    assert_eq!(statuses(&c, &url, 1).await, [200]);
+    // 3 + 1 + 1 inference failures, /health and /metrics.
+    assert_eq!(counts(&c, &url).await, ([7, 0, 0], 6));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stall_delays_the_response_headers() {
+    let (url, _stop) = start("flt-c", 200.0).await;
+    let c = client();
+    let stall = Duration::from_millis(400);
+    assert_eq!(
+        set_fault(&c, &url, r#"{"stall_ms":400}"#).await,
+        r#"{"stall_ms":400}"#
+    );
+    // Streaming: the headers (and so the first token) come at least 400 ms late, then the
+    // request is served normally.
+    let body = r#"{"model":"study","prompt":"stalled","max_tokens":3,"stream":true}"#;
+    let (status, headers, to_headers, text) =
+        send(&c, "POST", &url, "/v1/completions", &[], body).await;
+    assert_eq!(status, 200, "{text}");
+    assert_eq!(headers["x-kvroute-sim-replica"], "flt-c");
+    assert!(to_headers >= stall, "headers after {to_headers:?}");
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    let (status, _, to_headers, _) =
+        send(&c, "POST", &url, "/v1/chat/completions", &[], CHAT).await;
+    assert_eq!(status, 200);
+    assert!(to_headers >= stall, "headers after {to_headers:?}");
+    // A stall that ends in a status.
+    set_fault(&c, &url, r#"{"stall_ms":300,"status":504}"#).await;
+    let (status, _, to_headers, body) = send(&c, "POST", &url, "/v1/completions", &[], SMALL).await;
+    assert_eq!(status, 504);
+    assert_openai_error(&body, 504);
+    assert!(to_headers >= Duration::from_millis(300), "{to_headers:?}");
+    set_fault(&c, &url, "{}").await;
+    // Stalled requests reach the engine, the failed one does not.
+    assert_eq!(counts(&c, &url).await, ([1, 3, 0], 2));
+}
+
+/// Sends `request` on a new connection and reads until the server closes it: the bytes read,
+/// or an error (a reset).
+async fn raw_exchange(addr: &str, request: &[u8]) -> std::io::Result<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(request).await?;
+    let mut got = Vec::new();
+    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut got))
+        .await
+        .expect("the server closes the connection within 10 s")?;
+    Ok(got)
+}
+
+/// One whole request; `connection: close` so that a served one ends with the connection.
+fn raw_post(path: &str, body: &str) -> Vec<u8> {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: sim\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_drops_the_connection_without_a_response() {
+    let (url, _stop) = start("flt-d", 200.0).await;
+    let addr = url.strip_prefix("http://").unwrap();
+    let c = client();
+    // Unfaulted, the same raw exchange gets a response (so the check below can fail).
+    let ok = raw_exchange(addr, &raw_post("/v1/completions", SMALL))
+        .await
+        .expect("a response");
+    assert!(
+        ok.starts_with(b"HTTP/1.1 200 OK\r\n"),
+        "{}",
+        String::from_utf8_lossy(&ok)
+    );
+
+    assert_eq!(
+        set_fault(&c, &url, r#"{"close":true}"#).await,
+        r#"{"close":true}"#
+    );
+    for (path, body) in [("/v1/completions", SMALL), ("/v1/chat/completions", CHAT)] {
+        match raw_exchange(addr, &raw_post(path, body)).await {
+            Ok(bytes) => assert!(
+                bytes.is_empty(),
+                "{path}: got {:?}",
+                String::from_utf8_lossy(&bytes)
+            ),
+            Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{path}: {e}"),
+        }
+    }
+    // An HTTP client sees the connection end before any response.
+    let req = hyper::Request::post(format!("{url}/v1/completions"))
+        .body(Full::new(Bytes::from(SMALL)))
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(10), c.request(req))
+        .await
+        .expect("timely")
+        .expect_err("no response");
+    assert!(format!("{err:?}").contains("IncompleteMessage"), "{err:?}");
+    // /health is untouched (no `health`), and the server serves again once cleared.
+    assert_eq!(get(&c, &url, "/health").await.0, 200);
+    set_fault(&c, &url, "{}").await;
+    assert_eq!(statuses(&c, &url, 1).await, [200]);
+    assert_eq!(counts(&c, &url).await, ([0, 0, 3], 2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_fault_specs_are_400_and_change_nothing() {
+    let (url, _stop) = start("flt-e", 200.0).await;
+    let c = client();
+    set_fault(&c, &url, r#"{"after":1,"status":502}"#).await;
+    for spec in [
+        r#"{"status":200}"#,
+        r#"{"status":600}"#,
+        r#"{"status":"500"}"#,
+        r#"{"rate":1.5}"#,
+        r#"{"rate":-0.5}"#,
+        r#"{"after":-1}"#,
+        r#"{"stall_ms":3600001}"#,
+        r#"{"close":true,"status":500}"#,
+        r#"{"stall":100}"#,
+        r#"{"close":true"#,
+        "",
+    ] {
+        let (status, headers, body) = post(&c, &url, "/fault", &[], spec).await;
+        assert_eq!(status, 400, "{spec}: {body}");
+        assert_eq!(headers["x-kvroute-sim-replica"], "flt-e");
+        let v = assert_openai_error(&body, 400);
+        assert_eq!(v["error"]["type"], "BadRequestError");
+    }
+    assert_eq!(
+        get(&c, &url, "/fault").await,
+        (200, r#"{"status":502,"after":1}"#.to_owned())
+    );
+    assert_eq!(statuses(&c, &url, 2).await, [200, 502]);
+}
+
+#[test]
+fn the_binary_takes_fault_and_body_limit_flags() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let c = client();
+    let (child, addr) = spawn_serve(&[
+        "--name",
+        "bin-f",
+        "--speedup",
+        "50",
+        "--fault-status",
+        "502",
+        "--fault-after",
+        "1",
+        "--fault-health",
+        "--max-body-bytes",
+        "4096",
+    ]);
+    let url = format!("http://{addr}");
+    rt.block_on(async {
+        assert_eq!(
+            get(&c, &url, "/fault").await,
+            (200, r#"{"status":502,"after":1,"health":true}"#.to_owned())
+        );
+        assert_eq!(get(&c, &url, "/health").await.0, 200);
+        assert_eq!(statuses(&c, &url, 2).await, [200, 502]);
+        assert_eq!(get(&c, &url, "/health").await.0, 502);
+        // The run-time switch works on the process too.
+        set_fault(&c, &url, r#"{"close":true}"#).await;
+        let bytes = raw_exchange(&addr, &raw_post("/v1/completions", SMALL))
+            .await
+            .unwrap_or_default();
+        assert!(bytes.is_empty(), "{}", String::from_utf8_lossy(&bytes));
+        let (status, _, _, body) = send(&c, "DELETE", &url, "/fault", &[], Bytes::new()).await;
+        assert_eq!((status, body.as_str()), (200, "{}"));
+        // --max-body-bytes 4096.
+        let prompt = "x".repeat(3000);
+        let fits = format!(r#"{{"model":"study","prompt":"{prompt}","max_tokens":1}}"#);
+        assert_eq!(post(&c, &url, "/v1/completions", &[], &fits).await.0, 200);
+        let prompt = "x".repeat(5000);
+        let over = format!(r#"{{"model":"study","prompt":"{prompt}","max_tokens":1}}"#);
+        let (status, _, body) = post(&c, &url, "/v1/completions", &[], &over).await;
+        assert_eq!(status, 413, "{body}");
+        assert_openai_error(&body, 413);
+        assert_eq!(counts(&c, &url).await, ([2, 0, 1], 2));
+    });
+    stop(child);
+    for (flags, why) in [
+        (&["--fault-rate", "1.5"][..], "rate"),
+        (&["--fault-close", "--fault-status", "500"][..], "close"),
+        (&["--fault-status", "200"][..], "200"),
+        (&["--max-body-bytes", "0"][..], "0"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_kvroute-sim"))
+            .args(["serve", "--port", "0", "--name", "bad"])
+            .args(flags)
+            .output()
+            .expect("run kvroute-sim serve");
+        assert_eq!(out.status.code(), Some(2), "{flags:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{flags:?}: {err}");
+        assert!(out.stdout.is_empty(), "{flags:?} must not start serving");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepts_bodies_up_to_8_mib_and_refuses_larger_with_413() {
+    let (url, _stop) = start("big", 200.0).await;
+    let c = client();
+    // A 5 MiB chat request (an inline image, which the fake model ignores, and a text part).
+    let image = "A".repeat(5 << 20);
+    let body = serde_json::json!({
+        "model": "study", "max_tokens": 2,
+        "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{image}")}},
+            {"type": "text", "text": "What is in the picture?"},
+        ]}],
+    })
+    .to_string();
+    assert!(body.len() > 5 << 20);
+    let (status, _, text) = post(&c, &url, "/v1/chat/completions", &[], &body).await;
+    assert_eq!(status, 200, "{}", &text[..text.len().min(300)]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["usage"]["completion_tokens"],
+        2
+    );
+    // Over 8 MiB: an OpenAI-style 413 that the client reads (not a reset), twice on one
+    // server, the second time while a fault is set (the faulted request is read first).
+    let over = format!(
+        r#"{{"model":"study","prompt":"x","max_tokens":1,"pad":"{}"}}"#,
+        "p".repeat(DEFAULT_MAX_BODY_BYTES)
+    );
+    for fault in ["{}", r#"{"status":500}"#] {
+        set_fault(&c, &url, fault).await;
+        let (status, headers, text) = post(&c, &url, "/v1/completions", &[], &over).await;
+        assert_eq!(status, 413, "{fault}: {text}");
+        assert_eq!(headers["x-kvroute-sim-replica"], "big");
+        assert_openai_error(&text, 413);
     }
 }

@@ -88,6 +88,18 @@ pub fn render(model: &str, c: &EngineCounters, requests_total: u64, speedup: f64
     out.s
 }
 
+/// `kvroute_sim_faults_total{kind="..."}`: faults injected so far, one sample per kind.
+pub fn render_faults(injected: &[(super::fault::FaultKind, u64)]) -> String {
+    let name = "kvroute_sim_faults_total";
+    let mut s = format!(
+        "# HELP {name} Faults injected by the fake server (status answers, stalls, dropped connections).\n# TYPE {name} counter\n"
+    );
+    for (kind, n) in injected {
+        let _ = writeln!(s, "{name}{{kind=\"{}\"}} {n}", kind.label());
+    }
+    s
+}
+
 /// The text being written, and the `model_name` label value.
 struct Text {
     s: String,

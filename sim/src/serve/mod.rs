@@ -1,5 +1,5 @@
 //! The fake vLLM server: the engine model in (scaled) real time behind an OpenAI-compatible
-//! HTTP API.
+//! HTTP API, with fault injection for end-to-end tests.
 //!
 //! ## Contract
 //! - Binds `host:port` (port 0 = a free port) and, once accepting, prints exactly one line
@@ -9,17 +9,31 @@
 //! - `POST /v1/completions`, `POST /v1/chat/completions`: streaming (SSE, `[DONE]`, usage chunk
 //!   with `prompt_tokens_details.cached_tokens` when `stream_options.include_usage`) and
 //!   non-streaming. The fake model always generates exactly `max_tokens` tokens. A model name
-//!   other than the served one gets a 404; bad JSON or fields an OpenAI-style 400.
-//! - Fault injection: a request header `x-sim-status: CODE` (400–599) makes any endpoint answer
-//!   `CODE` with an OpenAI-style error body, without touching the engine.
-//! - `GET /v1/models`, `GET /health`, `GET /metrics` (vLLM names), `POST /reset_prefix_cache`
+//!   other than the served one gets a 404; bad JSON or fields an OpenAI-style 400; a body over
+//!   `max_body_bytes` (default 8 MiB) an OpenAI-style 413.
+//! - Fault injection:
+//!   - a request header `x-sim-status: CODE` (400–599) makes any endpoint answer `CODE` with an
+//!     OpenAI-style error body, without touching the engine;
+//!   - a [`FaultSpec`] (the `--fault-*` flags at start-up; `POST /fault` with a JSON spec,
+//!     `DELETE /fault` or `POST /fault {}` to clear, `GET /fault` to read it at run time)
+//!     fails, stalls or drops the connection of some requests to `/v1/completions`,
+//!     `/v1/chat/completions` and `/v1/models` (and with `health` of `/health` and
+//!     `/metrics`); see [`fault`] for the selection rules. A bad spec is an OpenAI-style 400
+//!     and leaves the current one in force;
+//!   - "close" drops the TCP connection after reading the whole request, before any response
+//!     byte (see `serve_connection`): a proxy sees the upstream connection terminate before
+//!     response headers.
+//! - `GET /v1/models`, `GET /health`, `GET /metrics` (vLLM names, plus
+//!   `kvroute_sim_faults_total{kind="status|stall|close"}`), `POST /reset_prefix_cache`
 //!   (200 `{"reset": true}`, or 409 while requests hold cached blocks).
 
 mod driver;
+pub mod fault;
 pub mod metrics;
 pub mod openai;
 
 pub use driver::{Driver, Subscription};
+pub use fault::{FaultRequest, FaultSpec};
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -29,22 +43,31 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
+use axum::serve::{Listener, ListenerExt};
 use axum::Router as AxumRouter;
+use http_body_util::BodyExt;
 use serde_json::{json, Value};
+use tokio::sync::{watch, Notify};
 
 use crate::engine::{Engine, EngineConfig, EngineConfigError};
 use crate::tokenizer;
+use fault::{FaultKind, Faults, Target, Then};
 use openai::{ApiError, Endpoint, GenRequest, Prompt};
 
 /// The response header naming the replica.
 pub const REPLICA_HEADER: &str = "x-kvroute-sim-replica";
 /// The fault-injection request header.
 pub const STATUS_HEADER: &str = "x-sim-status";
+/// The default request body limit: 8 MiB (kvroute's own `max_body_bytes` default is 4 MiB, and
+/// Envoy buffers up to twice that).
+pub const DEFAULT_MAX_BODY_BYTES: usize = 8 << 20;
+/// How much of a body over the limit is still read (and discarded) before the 413 is sent, so
+/// that the client, done sending, reads the 413 rather than a connection reset.
+const DRAIN_BYTES: u64 = 64 << 20;
 
 /// What the server needs.
 #[derive(Clone, Debug)]
@@ -61,6 +84,10 @@ pub struct ServeConfig {
     pub speedup: f64,
     /// The engine.
     pub engine: EngineConfig,
+    /// The fault in force at start-up ([`FaultSpec::default`]: none).
+    pub fault: FaultSpec,
+    /// The largest request body accepted (> 0); a larger one gets a 413.
+    pub max_body_bytes: usize,
 }
 
 /// Why the server could not start.
@@ -75,6 +102,9 @@ pub enum ServeError {
     /// The replica name cannot be a header value.
     #[error("replica name {0:?} must be visible ASCII")]
     Name(String),
+    /// The body limit is 0.
+    #[error("the body limit must be at least 1 byte")]
+    BodyLimit,
     /// Binding or serving failed.
     #[error("cannot serve on {addr}: {source}")]
     Io {
@@ -89,6 +119,8 @@ struct App {
     driver: Arc<Driver>,
     model: String,
     name: HeaderValue,
+    faults: Faults,
+    max_body_bytes: usize,
 }
 
 /// A bound, not yet serving, server.
@@ -111,6 +143,9 @@ impl BoundServer {
                 !config.name.is_empty() && config.name.bytes().all(|b| b.is_ascii_graphic())
             })
             .ok_or_else(|| ServeError::Name(config.name.clone()))?;
+        if config.max_body_bytes == 0 {
+            return Err(ServeError::BodyLimit);
+        }
         let engine = Engine::new(config.engine)?;
         let driver = Driver::new(engine, config.speedup);
         let addr = format!("{}:{}", config.host, config.port);
@@ -127,6 +162,8 @@ impl BoundServer {
             driver: Arc::clone(&driver),
             model: config.model,
             name,
+            faults: Faults::new(config.fault),
+            max_body_bytes: config.max_body_bytes,
         });
         Ok(BoundServer {
             listener,
@@ -151,25 +188,96 @@ impl BoundServer {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let addr = self.addr.to_string();
         let engine_task = tokio::spawn(Arc::clone(&self.driver).run());
-        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         // TCP_NODELAY, as vLLM's uvicorn sets it: without it, every SSE event written after a
         // small one waits for the peer's delayed ACK (up to 40 ms). A socket that refuses the
         // option is served anyway.
-        let listener = self.listener.tap_io(|tcp| {
+        let mut listener = self.listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let server = axum::serve(listener, self.app).with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = tx.send(());
-        });
-        let result = tokio::select! {
-            r = server => r,
-            _ = async { let _ = rx.await; tokio::time::sleep(Duration::from_secs(2)).await } => Ok(()),
-        };
+        // Connections are served one task each (not with `axum::serve`) so that a "close"
+        // fault can drop its connection; see `serve_connection`.
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let mut connections = tokio::task::JoinSet::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                // `Listener::accept` retries (after a pause) on accept errors.
+                (io, _) = listener.accept() => {
+                    connections.spawn(serve_connection(io, self.app.clone(), stop_rx.clone()));
+                }
+                Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                () = &mut shutdown => break,
+            }
+        }
+        drop(listener);
+        // Idle connections close at once; open responses get up to 2 s, then are dropped.
+        let _ = stop_tx.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(2), async {
+            while connections.join_next().await.is_some() {}
+        })
+        .await;
+        connections.abort_all();
         engine_task.abort();
-        result.map_err(|source| ServeError::Io { addr, source })
+        Ok(())
+    }
+}
+
+/// A connection's kill switch: the connection task puts one in every request's extensions;
+/// [`ConnKill::close`] makes the task drop the connection.
+#[derive(Clone)]
+struct ConnKill(Arc<Notify>);
+
+impl ConnKill {
+    fn close(&self) {
+        // `notify_one` keeps a permit if the task is not waiting at this instant.
+        self.0.notify_one();
+    }
+}
+
+/// Serves one HTTP/1.1 connection until it ends, the server stops (`stop` turns true: hyper's
+/// graceful shutdown, which lets an open response finish), or a handler pulls its
+/// [`ConnKill`].
+///
+/// Why a kill switch: a "close" fault must drop the TCP connection without writing any
+/// response, and an axum handler can only return a response. Here the handler pulls the
+/// switch and then never completes; this task, selecting on the switch, returns, which drops
+/// the hyper connection and with it the socket. Nothing has been written on it for that
+/// request (hyper writes a response head only when the handler returns one; the one exception
+/// is an interim `100 Continue` when a client sent `Expect: 100-continue`), and the handler
+/// has read the whole request first, so the kernel sends a FIN (an RST if the client had sent
+/// more bytes, e.g. a pipelined request). Envoy then reports the upstream connection
+/// terminated before response headers (`upstream_reset_before_response_started
+/// {connection_termination}`), as for an engine that died mid-request. This relies on nothing
+/// but dropping the connection future, so it cannot half-write a response.
+async fn serve_connection(
+    io: tokio::net::TcpStream,
+    app: AxumRouter,
+    mut stop: watch::Receiver<bool>,
+) {
+    let kill = ConnKill(Arc::new(Notify::new()));
+    let router = hyper_util::service::TowerToHyperService::new(app);
+    let switch = kill.clone();
+    let service =
+        hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(switch.clone());
+            hyper::service::Service::call(&router, req)
+        });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            // Ends with the connection (an error is the client's problem: nothing to do).
+            _ = conn.as_mut() => return,
+            // Returning drops `conn`, and with it the socket, without a response.
+            () = kill.0.notified() => return,
+            _ = stop.wait_for(|s| *s), if !stopping => {
+                stopping = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
     }
 }
 
@@ -213,6 +321,7 @@ fn router(app: Arc<App>) -> AxumRouter {
         .route("/health", get(health))
         .route("/metrics", get(metrics_handler))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
+        .route("/fault", get(get_fault).post(set_fault).delete(clear_fault))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(
             Arc::clone(&app),
@@ -226,26 +335,131 @@ fn error_response(e: &ApiError) -> Response {
     (status, axum::Json(e.body())).into_response()
 }
 
-/// Adds the replica header to every response and applies `x-sim-status`.
+/// Adds the replica header to every response (none is sent for a "close" fault) and applies
+/// the faults.
 async fn common_layer(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
-    let injected = req.headers().get(STATUS_HEADER).map(|v| {
-        v.to_str()
-            .ok()
-            .and_then(|s| s.trim().parse::<u16>().ok())
-            .filter(|c| (400..=599).contains(c))
-    });
-    let mut resp = match injected {
-        Some(Some(code)) => error_response(&ApiError {
-            status: code,
-            message: format!("injected failure ({STATUS_HEADER}: {code})"),
-        }),
-        Some(None) => error_response(&ApiError::bad_request(format!(
-            "{STATUS_HEADER} must be a status code between 400 and 599"
-        ))),
-        None => next.run(req).await,
-    };
+    let mut resp = apply_faults(&app, req, next).await;
     resp.headers_mut().insert(REPLICA_HEADER, app.name.clone());
     resp
+}
+
+fn injected_error(code: u16, why: &str) -> Response {
+    error_response(&ApiError {
+        status: code,
+        message: format!("injected failure ({why})"),
+    })
+}
+
+/// `x-sim-status`, then the fault spec, then the endpoint. A faulted request is read whole
+/// before it is answered (or dropped), so the client has finished sending and reads the answer
+/// rather than a reset; it never reaches the engine unless it is a stall that then proceeds.
+async fn apply_faults(app: &App, req: Request, next: Next) -> Response {
+    if let Some(v) = req.headers().get(STATUS_HEADER) {
+        let code = v
+            .to_str()
+            .ok()
+            .and_then(|s| s.trim().parse::<u16>().ok())
+            .filter(|c| (400..=599).contains(c));
+        let _ = read_body(req.into_body(), app.max_body_bytes).await;
+        return match code {
+            Some(code) => {
+                app.faults.record(FaultKind::Status);
+                injected_error(code, &format!("{STATUS_HEADER}: {code}"))
+            }
+            None => error_response(&ApiError::bad_request(format!(
+                "{STATUS_HEADER} must be a status code between 400 and 599"
+            ))),
+        };
+    }
+    let fault = Target::of_path(req.uri().path()).and_then(|t| app.faults.decide(t));
+    let Some(fault) = fault else {
+        return next.run(req).await;
+    };
+    let (parts, body) = req.into_parts();
+    let body = match read_body(body, app.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    if !fault.stall.is_zero() {
+        app.faults.record(FaultKind::Stall);
+        tokio::time::sleep(fault.stall).await;
+    }
+    match fault.then {
+        Then::Proceed => next.run(Request::from_parts(parts, Body::from(body))).await,
+        Then::Status(code) => {
+            app.faults.record(FaultKind::Status);
+            injected_error(code, "fault spec")
+        }
+        Then::Close => match parts.extensions.get::<ConnKill>() {
+            Some(kill) => {
+                app.faults.record(FaultKind::Close);
+                kill.close();
+                // The connection task drops this future with the connection.
+                std::future::pending::<Response>().await
+            }
+            None => error_response(&ApiError {
+                status: 500,
+                message: "cannot drop this connection (not served by BoundServer::serve)".into(),
+            }),
+        },
+    }
+}
+
+/// Reads a request body of at most `limit` bytes. A longer one is an OpenAI-style 413; it is
+/// still read (and discarded) up to [`DRAIN_BYTES`] more, so that the client reads the 413
+/// rather than a connection reset.
+async fn read_body(mut body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let mut buf = bytes::BytesMut::new();
+    let mut total: u64 = 0;
+    let limit64 = limit as u64;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        total += data.len() as u64;
+        if total <= limit64 {
+            buf.extend_from_slice(&data);
+        } else {
+            buf = bytes::BytesMut::new();
+            if total > limit64.saturating_add(DRAIN_BYTES) {
+                break;
+            }
+        }
+    }
+    if total > limit64 {
+        return Err(ApiError {
+            status: 413,
+            message: format!(
+                "request body larger than {limit} bytes (the server's --max-body-bytes)"
+            ),
+        });
+    }
+    Ok(buf.freeze())
+}
+
+async fn get_fault(State(app): State<Arc<App>>) -> Response {
+    axum::Json(app.faults.spec()).into_response()
+}
+
+async fn set_fault(State(app): State<Arc<App>>, req: Request) -> Response {
+    let body = match read_body(req.into_body(), app.max_body_bytes).await {
+        Ok(b) => b,
+        Err(e) => return error_response(&e),
+    };
+    match FaultSpec::from_json(&body) {
+        Ok(spec) => {
+            app.faults.set(spec.clone());
+            axum::Json(spec).into_response()
+        }
+        Err(message) => error_response(&ApiError::bad_request(message)),
+    }
+}
+
+async fn clear_fault(State(app): State<Arc<App>>) -> Response {
+    app.faults.set(FaultSpec::default());
+    axum::Json(FaultSpec::default()).into_response()
 }
 
 async fn not_found() -> Response {
@@ -271,9 +485,11 @@ async fn models(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics_handler(State(app): State<Arc<App>>) -> Response {
     let (c, total) = app.driver.counters();
+    let mut text = metrics::render(&app.model, &c, total, app.driver.speedup());
+    text.push_str(&metrics::render_faults(&app.faults.injected()));
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
-        metrics::render(&app.model, &c, total, app.driver.speedup()),
+        text,
     )
         .into_response()
 }
@@ -289,16 +505,18 @@ async fn reset_prefix_cache(State(app): State<Arc<App>>) -> Response {
     }
 }
 
-async fn completions(State(app): State<Arc<App>>, body: Bytes) -> Response {
-    generate(app, Endpoint::Completions, &body).await
+async fn completions(State(app): State<Arc<App>>, req: Request) -> Response {
+    match read_body(req.into_body(), app.max_body_bytes).await {
+        Ok(body) => generate(app, Endpoint::Completions, &body).await,
+        Err(e) => error_response(&e),
+    }
 }
 
-async fn chat_completions(
-    State(app): State<Arc<App>>,
-    _headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    generate(app, Endpoint::Chat, &body).await
+async fn chat_completions(State(app): State<Arc<App>>, req: Request) -> Response {
+    match read_body(req.into_body(), app.max_body_bytes).await {
+        Ok(body) => generate(app, Endpoint::Chat, &body).await,
+        Err(e) => error_response(&e),
+    }
 }
 
 fn unix_now() -> u64 {
