@@ -33,6 +33,9 @@ pub struct Cli {
     /// PRNG seed (random per process by default).
     #[arg(long)]
     pub seed: Option<u64>,
+    /// Start (and reload) even when no model is configured (every request then gets 400).
+    #[arg(long)]
+    pub allow_no_models: bool,
     /// Tokio worker threads (default: one per CPU; 1 = a single-threaded runtime).
     #[arg(long)]
     pub workers: Option<usize>,
@@ -82,6 +85,7 @@ impl Cli {
                 max_body_bytes: self.max_body_bytes,
                 shutdown_grace_secs: self.shutdown_grace_secs,
                 seed: self.seed,
+                allow_no_models: self.allow_no_models,
             },
             process_seed: u64::from_le_bytes(seed),
         }

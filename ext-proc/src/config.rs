@@ -132,6 +132,9 @@ pub struct RoutingSection {
     pub default_model: Option<String>,
     /// Ticket safety-net lifetime in seconds (default 1800).
     pub ticket_ttl_secs: Option<u64>,
+    /// Whether the configuration may serve no model at all (every request gets 400). Without
+    /// it, a configuration without models is invalid (an empty file is not applied).
+    pub allow_no_models: Option<bool>,
     /// Whether clients see the `target-pod`, `target-pod-ip` and `x-kvroute-decision` response
     /// headers, which reveal pod names, addresses and loads (default true, as AIBrix sends
     /// `target-pod` and `target-pod-ip`). `routing-strategy` and `request-id` are always sent.
@@ -254,6 +257,11 @@ pub struct ModelSection {
     /// The pods serving the model.
     #[serde(default)]
     pub pods: Vec<PodEntry>,
+    /// Whether the model may have no pods (its requests then get 503). Without it, a model
+    /// with no pods is an invalid configuration: a file cut short while being written must not
+    /// take a model's pods away.
+    #[serde(default)]
+    pub allow_no_pods: bool,
 }
 
 /// One pod: a unique name and the `ip:port` Envoy connects to.
@@ -285,6 +293,8 @@ pub struct Overrides {
     pub shutdown_grace_secs: Option<u64>,
     /// `--seed`
     pub seed: Option<u64>,
+    /// `--allow-no-models`
+    pub allow_no_models: bool,
 }
 
 /// A validated configuration.
@@ -347,16 +357,31 @@ pub struct ConfigSource {
 impl ConfigSource {
     /// Reads the file (if any), applies env and flags, validates.
     pub fn load(&self) -> Result<Config, ConfigError> {
-        let file = match &self.path {
+        match &self.path {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
                     path: path.clone(),
                     source,
                 })?;
-                parse_toml(&text, path)?
+                self.load_bytes(&bytes)
             }
-            None => FileConfig::default(),
-        };
+            None => build(
+                FileConfig::default(),
+                &self.env,
+                &self.overrides,
+                self.process_seed,
+            ),
+        }
+    }
+
+    /// As [`ConfigSource::load`], from the file's contents as already read.
+    pub fn load_bytes(&self, bytes: &[u8]) -> Result<Config, ConfigError> {
+        let path = self.path.clone().unwrap_or_default();
+        let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Toml {
+            path: path.clone(),
+            message: format!("not UTF-8: {e}"),
+        })?;
+        let file = parse_toml(text, &path)?;
         build(file, &self.env, &self.overrides, self.process_seed)
     }
 }
@@ -441,6 +466,12 @@ pub fn build(
     }
 
     validate_models(&file.models)?;
+    if file.models.is_empty() && !(o.allow_no_models || file.routing.allow_no_models == Some(true))
+    {
+        return Err(ConfigError::Pods(
+            "no model is configured: add [models.NAME] sections, or set [routing] allow_no_models = true (--allow-no-models) to serve none".into(),
+        ));
+    }
     let models: BTreeMap<String, Vec<PodEntry>> =
         file.models.into_iter().map(|(m, s)| (m, s.pods)).collect();
     let default_model = file.routing.default_model.clone();
@@ -482,7 +513,11 @@ pub fn build(
 #[cfg(test)]
 pub(crate) fn from_toml(text: &str) -> Config {
     let file = parse_toml(text, Path::new("test.toml")).unwrap();
-    build(file, &EnvSnapshot::default(), &Overrides::default(), 0).unwrap()
+    let o = Overrides {
+        allow_no_models: true,
+        ..Default::default()
+    };
+    build(file, &EnvSnapshot::default(), &o, 0).unwrap()
 }
 
 fn parse_addr(s: &str) -> SocketAddr {
@@ -496,6 +531,11 @@ fn validate_models(models: &BTreeMap<String, ModelSection>) -> Result<(), Config
     for (model, section) in models {
         if model.is_empty() {
             return Err(ConfigError::Pods("empty model name".into()));
+        }
+        if section.pods.is_empty() && !section.allow_no_pods {
+            return Err(ConfigError::Pods(format!(
+                "model {model:?} has no pods: list them, or set allow_no_pods = true in [models.{model}] to answer 503 for it"
+            )));
         }
         let mut names = std::collections::HashSet::new();
         for pod in &section.pods {
@@ -547,7 +587,19 @@ fn validate_models(models: &BTreeMap<String, ModelSection>) -> Result<(), Config
 mod tests {
     use super::*;
 
+    /// Loads `text` (a configuration without models is allowed: most tests set no pods).
     fn load(text: &str, env: &[(&str, &str)], o: Overrides) -> Result<Config, ConfigError> {
+        strict(
+            text,
+            env,
+            Overrides {
+                allow_no_models: true,
+                ..o
+            },
+        )
+    }
+
+    fn strict(text: &str, env: &[(&str, &str)], o: Overrides) -> Result<Config, ConfigError> {
         let file = parse_toml(text, Path::new("t.toml"))?;
         build(file, &EnvSnapshot::from_pairs(env), &o, 7)
     }
@@ -562,8 +614,29 @@ mod tests {
     "#;
 
     #[test]
+    fn a_configuration_without_models_or_with_an_empty_model_is_refused_unless_allowed() {
+        let err = |text: &str, o: Overrides| match strict(text, &[], o) {
+            Err(ConfigError::Pods(m)) => m,
+            other => panic!("{text:?}: {other:?}"),
+        };
+        assert!(err("", Overrides::default()).contains("allow_no_models"));
+        assert!(err("[models.m]\npods = []", Overrides::default()).contains("allow_no_pods"));
+        let flag = Overrides {
+            allow_no_models: true,
+            ..Default::default()
+        };
+        assert!(strict("", &[], flag).unwrap().models.is_empty());
+        let explicit = "[models.m]\nallow_no_pods = true\npods = []";
+        assert!(strict(explicit, &[], Overrides::default()).unwrap().models["m"].is_empty());
+    }
+
+    #[test]
     fn defaults_listen_on_loopback() {
-        let c = load("", &[], Overrides::default()).unwrap();
+        let none = Overrides {
+            allow_no_models: true,
+            ..Default::default()
+        };
+        let c = load("", &[], none).unwrap();
         assert!(c.grpc_listen.ip().is_loopback() && c.admin_listen.ip().is_loopback());
         assert_eq!(c.default_strategy_text, "prefix-cache");
         assert_eq!(c.router.seed, 7);
@@ -639,7 +712,12 @@ mod tests {
 
     #[test]
     fn ttft_section_maps_to_the_core_with_its_defaults() {
-        let c = load("", &[], Overrides::default()).unwrap();
+        let c = load(
+            "[routing]\nallow_no_models = true",
+            &[],
+            Overrides::default(),
+        )
+        .unwrap();
         assert_eq!(c.router.ttft, TtftConfig::default());
         assert_eq!(c.scrape_interval, Some(DEFAULT_SCRAPE_INTERVAL));
         assert_eq!(c.scrape_timeout, DEFAULT_SCRAPE_TIMEOUT);
@@ -660,9 +738,13 @@ mod tests {
 
         let env = [("ROUTING_ALGORITHM", "least-ttft")];
         assert_eq!(
-            load("", &env, Overrides::default())
-                .unwrap()
-                .default_strategy_text,
+            load(
+                "[routing]\nallow_no_models = true",
+                &env,
+                Overrides::default()
+            )
+            .unwrap()
+            .default_strategy_text,
             "least-ttft"
         );
         let flag = Overrides {

@@ -1,6 +1,7 @@
 //! Renders `envoy/envoy.template.yaml` for a kvroute [`Config`]: Envoy's listener and admin
 //! addresses, the ext_proc address (kvroute's gRPC listener), the round-robin fallback pool
-//! (every configured pod), the buffer limit and the response-headers phase.
+//! (every configured pod), the buffer limit, kvroute's body limit (in Envoy's own 413 message)
+//! and the response-headers phase.
 
 use std::net::SocketAddr;
 
@@ -58,6 +59,7 @@ pub fn render(config: &Config, opts: &EnvoyOptions) -> String {
         .replace("__LISTEN_ADDRESS__", &ip(opts.listen))
         .replace("__LISTEN_PORT__", &opts.listen.port().to_string())
         .replace("__BUFFER_LIMIT__", &buffer.to_string())
+        .replace("__MAX_BODY_BYTES__", &config.max_body_bytes.to_string())
         .replace(
             "__RESPONSE_HEADER_MODE__",
             if opts.response_headers {

@@ -25,6 +25,7 @@
 pub mod admin;
 pub mod cli;
 pub mod config;
+pub mod connection;
 pub mod env;
 pub mod envoy_config;
 pub mod envoy_context;
@@ -143,12 +144,13 @@ pub async fn run(
     let ext_proc = ExternalProcessorServer::new(ExtProc::new(shared.clone()))
         .max_decoding_message_size(grpc_decode_limit(config.max_body_bytes));
     let incoming = TcpListenerStream::new(grpc).map(|r| {
-        r.inspect(|s| {
+        r.map(|s| {
             let _ = s.set_nodelay(true);
+            connection::Tracked::new(s)
         })
     });
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tonic::transport::Server::builder()
+    let server = connection::harden(tonic::transport::Server::builder())
         .add_service(health_service)
         .add_service(ext_proc)
         .serve_with_incoming_shutdown(incoming, async {

@@ -4,7 +4,8 @@
 //!
 //! The reply stream ends when Envoy ends the side stream (clean END_STREAM, or the RST it
 //! sends at the end of every request: both are normal ends); it is dropped then, or earlier if
-//! the connection goes away. Dropping it drops the state and so releases the request's ticket.
+//! the connection goes away. Dropping it drops the state and so releases the request's ticket;
+//! when the connection went away, the ticket is detached instead ([`crate::connection`]).
 //! Which of these ended a stream cannot be told reliably: after Envoy's RST, tonic usually
 //! drops the reply stream without polling it again, so kvroute sees neither END_STREAM nor an
 //! error. `kvroute_ext_proc_stream_ends_total` therefore counts `how="closed"` (any end
@@ -18,6 +19,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{ProcessingRequest, Processin
 use futures_util::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::connection::ConnInfo;
 use crate::shared::Shared;
 use crate::stream::StreamState;
 
@@ -46,7 +48,9 @@ impl ExternalProcessor for ExtProc {
     ) -> Result<Response<Self::ProcessStream>, Status> {
         let shared = self.shared.clone();
         shared.metrics.stream_opened();
+        let connection = request.extensions().get::<ConnInfo>().cloned();
         let driver = Driver {
+            connection,
             inbound: request.into_inner(),
             state: StreamState::new(shared),
             done: false,
@@ -63,6 +67,9 @@ impl ExternalProcessor for ExtProc {
 /// per request). Dropping it (stream end, Envoy's reset, connection loss) drops the
 /// [`StreamState`] and so releases the ticket.
 struct Driver {
+    /// The Envoy connection the stream came on (absent in tests that call the service
+    /// directly).
+    connection: Option<ConnInfo>,
     inbound: Streaming<ProcessingRequest>,
     state: StreamState,
     /// The inbound stream is over (no more replies).
@@ -112,7 +119,18 @@ impl Driver {
 impl Drop for Driver {
     fn drop(&mut self) {
         // The state (and its ticket guard) is dropped right after this.
-        let how = if self.failed { "error" } else { "closed" };
+        let lost = self.connection.as_ref().is_some_and(|c| !c.is_alive());
+        let how = if self.failed {
+            "error"
+        } else if lost {
+            "connection_lost"
+        } else {
+            "closed"
+        };
+        if lost {
+            // The response may go on without kvroute: hold the slot until its predicted end.
+            self.state.detach_ticket();
+        }
         self.state.shared().metrics.stream_ended(how);
     }
 }

@@ -136,6 +136,14 @@ impl StreamState {
         &self.shared
     }
 
+    /// The stream's end will not tell how the response ended (its connection was lost): the
+    /// ticket, if any, is detached rather than released when the state is dropped.
+    pub fn detach_ticket(&mut self) {
+        if let Some(r) = &mut self.routed {
+            r.guard.detach();
+        }
+    }
+
     /// Handles one message; `None` means no reply is due (after a rejection Envoy sends
     /// nothing more, and unknown message kinds need none).
     pub fn on_message(&mut self, mut msg: ProcessingRequest) -> Option<ProcessingResponse> {
@@ -602,7 +610,7 @@ mod tests {
         let pod = "pods = [{ name = \"a\", address = \"10.0.0.1:80\" }]";
         let sh = Shared::new(
             &from_toml(&format!(
-                "[models.m]\n{pod}\n[models.gone]\n{pod}\n[models.empty]\npods = []"
+                "[models.m]\n{pod}\n[models.gone]\n{pod}\n[models.empty]\nallow_no_pods = true\npods = []"
             )),
             &mut prometheus_client::registry::Registry::default(),
         )
@@ -728,7 +736,7 @@ mod tests {
     #[test]
     fn a_model_without_pods_answers_503_and_capacities_follow_reloads() {
         let text = |cap: &str| {
-            format!("[ttft]\nmax_seqs = 8\n[models.empty]\npods = []\n[models.m]\npods = [{{ name = \"a\", address = \"10.0.0.1:80\"{cap} }}]")
+            format!("[ttft]\nmax_seqs = 8\n[models.empty]\nallow_no_pods = true\npods = []\n[models.m]\npods = [{{ name = \"a\", address = \"10.0.0.1:80\"{cap} }}]")
         };
         let sh = Shared::new(
             &from_toml(&text(", max_seqs = 3")),

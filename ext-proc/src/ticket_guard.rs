@@ -50,6 +50,8 @@ pub struct TicketGuard {
     routed_at: Instant,
     response: ResponseEnd,
     timing: Option<ResponseTiming>,
+    /// Detach instead of completing at drop ([`TicketGuard::detach`]).
+    detached: bool,
 }
 
 impl TicketGuard {
@@ -61,6 +63,7 @@ impl TicketGuard {
             routed_at: Instant::now(),
             response: ResponseEnd::default(),
             timing: None,
+            detached: false,
         }
     }
 
@@ -68,6 +71,13 @@ impl TicketGuard {
     /// sent them).
     pub fn on_response(&mut self, response: ResponseEnd) {
         self.response = response;
+    }
+
+    /// At drop, hand the ticket to [`kvroute_core::Router::detach`] (the slot is held until
+    /// the request's predicted end) instead of completing it: the side stream's end no longer
+    /// says the response ended.
+    pub fn detach(&mut self) {
+        self.detached = true;
     }
 
     /// Times the response's body from now on (kvroute asked Envoy to stream it through).
@@ -108,6 +118,22 @@ impl TicketGuard {
 
 impl Drop for TicketGuard {
     fn drop(&mut self) {
+        if self.detached {
+            let now = self.shared.now();
+            let result = self.shared.router.lock().detach(self.ticket, now);
+            match result {
+                Ok(at) => tracing::warn!(
+                    ticket = %self.ticket,
+                    release_in_ms = at.as_millis().saturating_sub(now.as_millis()),
+                    "ext_proc connection lost mid-request: its slot is held until its predicted end"
+                ),
+                Err(e) => {
+                    self.shared.metrics.release_error();
+                    tracing::error!(ticket = %self.ticket, error = %e, "ticket detach refused");
+                }
+            }
+            return;
+        }
         let completion = self.completion(Instant::now());
         // A successful 2xx response carries a total time.
         if let (Some(t), Some(_)) = (&self.timing, completion.timings.total_ms) {

@@ -40,10 +40,20 @@ fn run(args: &[&str]) -> (Option<i32>, String) {
 
 #[test]
 fn an_invalid_log_filter_is_an_error_with_exit_code_2() {
-    let (code, stderr) = run(&["--log", "kvroute_ext_proc=loud"]);
+    let (code, stderr) = run(&["--allow-no-models", "--log", "kvroute_ext_proc=loud"]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("invalid --log / KVROUTE_LOG filter") && stderr.contains("loud"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn starting_without_models_is_an_error_unless_asked_for() {
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no model is configured") && stderr.contains("--allow-no-models"),
         "{stderr}"
     );
 }

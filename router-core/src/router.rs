@@ -856,15 +856,41 @@ impl Router {
             .on_check(passed, now, &cfg))
     }
 
+    /// The shell can no longer observe how `ticket` ends (its proxy connection dropped while
+    /// the response goes on): instead of releasing the slot now, while the pod is still
+    /// working, the router keeps it until the request's predicted end (its predicted wait,
+    /// prefill and a decode of the expected length), then releases it as
+    /// [`crate::TicketStats::detached_released`]. A completion before then releases it as
+    /// usual. Returns the release time. An unknown or closed ticket is an error and changes
+    /// nothing.
+    pub fn detach(&mut self, ticket: Ticket, now: Timestamp) -> Result<Timestamp, TicketError> {
+        let now = self.clock(now);
+        let open = self.tickets.get_mut(ticket)?;
+        let (pod, issued, context) = (open.pod, open.issued, open.context);
+        let end = match self.registry.pod(pod) {
+            Ok(p) => ttft::predicted_end(&p.model, &self.global, ticket, issued, &context),
+            Err(_) => now,
+        };
+        let at = end.max(now);
+        self.tickets.detach(ticket, at)?;
+        Ok(at)
+    }
+
     // ----- timers -----
 
     /// Does the time-driven work due at `now`: drops index blocks past their TTL, expires
-    /// tickets older than the ticket TTL (releasing their slots), and moves pods whose ejection
-    /// is over to probing. Call it at [`Router::poll_timeout`].
+    /// tickets older than the ticket TTL and detached tickets past their predicted end
+    /// (releasing their slots), and moves pods whose ejection is over to probing. Call it at [`Router::poll_timeout`].
     pub fn handle_timeout(&mut self, now: Timestamp) {
         let now = self.clock(now);
         self.index.expire(now);
         while let Some((ticket, t)) = self.tickets.pop_expired(now, self.config.ticket_ttl_ms) {
+            self.release(ticket, t.pod, t.model, t.issued, now);
+            if let Ok(p) = self.registry.pod_mut(t.pod) {
+                p.health.forget_probe(ticket);
+            }
+        }
+        while let Some((ticket, t)) = self.tickets.pop_detached(now) {
             self.release(ticket, t.pod, t.model, t.issued, now);
             if let Ok(p) = self.registry.pod_mut(t.pod) {
                 p.health.forget_probe(ticket);
@@ -883,6 +909,7 @@ impl Router {
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         let index = self.index.next_expiry();
         let tickets = self.tickets.next_expiry(self.config.ticket_ttl_ms);
+        let detached = self.tickets.next_detached();
         let ejections = self
             .registry
             .pods
@@ -890,7 +917,10 @@ impl Router {
             .filter(|p| !p.removed)
             .filter_map(|p| p.health.ejection_end())
             .min();
-        [index, tickets, ejections].into_iter().flatten().min()
+        [index, tickets, detached, ejections]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     // ----- observation -----

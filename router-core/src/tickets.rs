@@ -4,7 +4,7 @@
 //! ordered by ticket is also ordered by issue time: the oldest open ticket is the first key,
 //! which makes expiry and [`TicketTable::next_expiry`] O(log n).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::ids::{ModelId, PodId, Ticket};
 use crate::time::Timestamp;
@@ -157,6 +157,8 @@ pub(crate) struct OpenTicket {
     pub(crate) model: ModelId,
     pub(crate) issued: Timestamp,
     pub(crate) context: TicketContext,
+    /// Set by [`TicketTable::detach`]: released then unless completed first.
+    pub(crate) detached_until: Option<Timestamp>,
 }
 
 /// Counters of the ticket table.
@@ -172,6 +174,9 @@ pub struct TicketStats {
     pub expired: u64,
     /// Tickets whose pod had been removed when they were completed or expired.
     pub orphaned: u64,
+    /// Tickets detached ([`crate::Router::detach`]: their completion signal was lost) and
+    /// released at their predicted end because no completion came first.
+    pub detached_released: u64,
     /// Completions and first-token reports rejected (unknown, double or late tickets).
     pub rejected: u64,
 }
@@ -190,6 +195,8 @@ fn reject(stats: &mut TicketStats, next: u64, ticket: Ticket) -> TicketError {
 #[derive(Debug, Default)]
 pub(crate) struct TicketTable {
     open: BTreeMap<u64, OpenTicket>,
+    /// Detached open tickets by release time.
+    detached: BTreeSet<(Timestamp, u64)>,
     next: u64,
     pub(crate) stats: TicketStats,
 }
@@ -211,6 +218,7 @@ impl TicketTable {
                 model,
                 issued: now,
                 context,
+                detached_until: None,
             },
         );
         self.stats.issued += 1;
@@ -219,9 +227,43 @@ impl TicketTable {
 
     pub(crate) fn take(&mut self, ticket: Ticket) -> Result<OpenTicket, TicketError> {
         match self.open.remove(&ticket.0) {
-            Some(t) => Ok(t),
+            Some(t) => {
+                if let Some(at) = t.detached_until {
+                    self.detached.remove(&(at, ticket.0));
+                }
+                Ok(t)
+            }
             None => Err(reject(&mut self.stats, self.next, ticket)),
         }
+    }
+
+    /// Marks an open ticket for release at `at` unless completed first; errors as
+    /// [`TicketTable::take`]. Detaching again moves the time.
+    pub(crate) fn detach(&mut self, ticket: Ticket, at: Timestamp) -> Result<(), TicketError> {
+        let t = self.get_mut(ticket)?;
+        let before = t.detached_until.replace(at);
+        if let Some(b) = before {
+            self.detached.remove(&(b, ticket.0));
+        }
+        self.detached.insert((at, ticket.0));
+        Ok(())
+    }
+
+    /// Removes and returns a detached ticket whose release time is at or before `now`.
+    pub(crate) fn pop_detached(&mut self, now: Timestamp) -> Option<(Ticket, OpenTicket)> {
+        let &(at, t) = self.detached.first()?;
+        if at > now {
+            return None;
+        }
+        self.detached.pop_first();
+        let open = self.open.remove(&t)?;
+        self.stats.detached_released += 1;
+        Some((Ticket(t), open))
+    }
+
+    /// The earliest release time of a detached ticket.
+    pub(crate) fn next_detached(&self) -> Option<Timestamp> {
+        self.detached.first().map(|(at, _)| *at)
     }
 
     /// The open ticket, to update its context; errors as [`TicketTable::take`] (counted as a
@@ -244,7 +286,11 @@ impl TicketTable {
             return None;
         }
         self.stats.expired += 1;
-        self.open.pop_first().map(|(k, t)| (Ticket(k), t))
+        let (k, t) = self.open.pop_first()?;
+        if let Some(at) = t.detached_until {
+            self.detached.remove(&(at, k));
+        }
+        Some((Ticket(k), t))
     }
 
     pub(crate) fn next_expiry(&self, ttl_ms: u64) -> Option<Timestamp> {

@@ -536,3 +536,33 @@ fn models_without_pods_and_recorded_prefixes() {
         Err(RegistryError::UnknownModel(_))
     ));
 }
+
+#[test]
+fn a_detached_ticket_holds_its_slot_until_its_predicted_end() {
+    let (mut r, pods) = router_with_pods(1, RouterConfig::default());
+    let d = r.route(RouteRequest::new(MODEL, &[]), t(1_000)).unwrap();
+    let at = r.detach(d.ticket, t(1_500)).unwrap();
+    // Predicted wait + prefill + a decode of the expected 128 tokens at the 50 ms prior.
+    assert!(at >= t(1_000 + 127 * 50), "{at:?}");
+    assert!(r.poll_timeout().unwrap() <= at);
+    r.handle_timeout(t(at.as_millis() - 1));
+    assert_eq!(r.in_flight(pods[0]), Some(1), "held");
+    r.handle_timeout(at);
+    assert_eq!(
+        r.in_flight(pods[0]),
+        Some(0),
+        "released at its predicted end"
+    );
+    assert_eq!(r.stats().tickets.detached_released, 1);
+    assert!(r.complete(d.ticket, Outcome::Success.into(), at).is_err());
+
+    // A completion first releases it once; the timer then finds nothing.
+    let e = r.route(RouteRequest::new(MODEL, &[]), at).unwrap();
+    let end = r.detach(e.ticket, at).unwrap();
+    r.complete(e.ticket, Outcome::Success.into(), at).unwrap();
+    r.handle_timeout(end);
+    assert_eq!(r.stats().tickets.detached_released, 1);
+    assert_eq!(r.in_flight(pods[0]), Some(0));
+    assert!(r.detach(e.ticket, end).is_err(), "closed");
+    r.check_invariants().unwrap();
+}

@@ -65,6 +65,34 @@ fn decode_ms(global: &GlobalModel, tpot: f64, max_output_tokens: Option<u32>) ->
     (tokens - 1.0).max(0.0) * tpot
 }
 
+/// When an open request of the pod is predicted to end, issued at `issued` with `ctx`: its
+/// predicted wait, its prefill at the pod's rate (or its reported first token), and a decode of
+/// the expected length at the pod's TPOT. Used to release a request whose end the shell can no
+/// longer observe ([`crate::Router::detach`]).
+pub(crate) fn predicted_end(
+    pod: &PodModel,
+    global: &GlobalModel,
+    ticket: crate::ids::Ticket,
+    issued: Timestamp,
+    ctx: &super::TicketContext,
+) -> Timestamp {
+    let open = pod.open.iter().find(|o| o.ticket == ticket);
+    let first_token = match open.and_then(|o| o.first_token) {
+        Some(at) => at.as_millis() as f64,
+        None => {
+            let prefill = ctx.uncached_tokens / pod.prefill_rate(global) * 1_000.0;
+            issued.as_millis() as f64 + ctx.queue_ms + pod.overhead_ms.get() + prefill
+        }
+    };
+    let limit = open.and_then(|o| o.max_output_tokens);
+    let end = first_token + decode_ms(global, pod.tpot_ms.get(), limit);
+    Timestamp::from_millis(if end.is_finite() && end > 0.0 {
+        end.min(u64::MAX as f64 / 2.0) as u64
+    } else {
+        issued.as_millis()
+    })
+}
+
 /// Predicts the TTFT of `job` on the pod by replaying the pod's open requests through its
 /// sequence slots and FCFS prefill with the current learned rates (so a wrong earlier guess
 /// does not stick): each open request takes the earliest free slot at or after its issue time,

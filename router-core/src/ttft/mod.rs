@@ -135,7 +135,7 @@ mod learned;
 pub use config::TtftConfig;
 pub use engine::EngineSnapshot;
 pub(crate) use engine::{EngineRateBase, ObservedEngine, RoutedTotals};
-pub(crate) use estimate::{commit, estimate, Estimate, Job};
+pub(crate) use estimate::{commit, estimate, predicted_end, Estimate, Job};
 pub(crate) use learn::{learn, learn_first_token, TicketContext};
 pub(crate) use learned::{Ewma, Fraction};
 

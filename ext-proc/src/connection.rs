@@ -1,0 +1,196 @@
+//! The ext_proc listener's connections from Envoy: HTTP/2 limits that a client behind Envoy
+//! cannot trip, and whether a connection is still alive.
+//!
+//! Envoy multiplexes every in-flight request's side stream over a few HTTP/2 connections to
+//! kvroute, so one connection carries the in-flight count of thousands of requests. Two things
+//! follow:
+//! - **Limits** ([`harden`]): h2's defaults send GOAWAY once 20 streams were reset by the
+//!   peer before the server accepted them. Envoy resets a side stream whenever its client
+//!   resets, so 800 clients that send a request and reset it would drop Envoy's connection and
+//!   every stream on it. The pending-reset and local-error-reset limits are raised far above
+//!   what Envoy's own circuit breaker lets through, as is the concurrent-stream limit;
+//!   keepalive pings find a dead peer.
+//! - **Liveness** ([`Tracked`]): a side stream that ends because its connection died did not
+//!   end with its response (Envoy's `failure_mode_allow: true` lets the response go on without
+//!   kvroute). Its ticket is detached instead of released
+//!   ([`kvroute_core::Router::detach`]): the slot stays taken until the request's predicted
+//!   end.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tonic::transport::server::Connected;
+
+/// Streams reset by Envoy before kvroute accepted them, at once, before h2 sends GOAWAY.
+pub const MAX_PENDING_ACCEPT_RESETS: usize = 1 << 20;
+/// Streams kvroute reset for the peer's protocol errors before h2 sends GOAWAY.
+pub const MAX_LOCAL_ERROR_RESETS: usize = 1 << 16;
+/// Concurrent side streams on one connection: above the shipped Envoy circuit breaker
+/// (100,000 requests to the ext_proc cluster).
+pub const MAX_CONCURRENT_STREAMS: u32 = 200_000;
+/// HTTP/2 keepalive: a ping this often, and the connection dropped when a ping goes
+/// unanswered this long.
+pub const KEEPALIVE: Duration = Duration::from_secs(20);
+
+/// The HTTP/2 settings of the ext_proc server (see the module docs).
+pub fn harden(server: tonic::transport::Server) -> tonic::transport::Server {
+    server
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESETS))
+        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
+        .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
+        .http2_keepalive_interval(Some(KEEPALIVE))
+        .http2_keepalive_timeout(Some(KEEPALIVE))
+        .http2_adaptive_window(Some(true))
+}
+
+/// A TCP connection that records when it ends: at end of file, a read or write error, or
+/// when it is dropped. h2 reads the end of a connection before it fails the connection's
+/// streams, so a stream dropped after that sees [`ConnInfo::is_alive`] false.
+#[derive(Debug)]
+pub struct Tracked {
+    io: TcpStream,
+    alive: Arc<AtomicBool>,
+}
+
+impl Tracked {
+    /// Tracks `io`.
+    pub fn new(io: TcpStream) -> Self {
+        Tracked {
+            io,
+            alive: Arc::new(AtomicBool::new(true)),
+        }
+    }
+
+    fn dead(&self) {
+        self.alive.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.dead();
+    }
+}
+
+/// What a request learns of its connection (a tonic request extension).
+#[derive(Clone, Debug)]
+pub struct ConnInfo {
+    /// The peer.
+    pub remote: Option<SocketAddr>,
+    alive: Arc<AtomicBool>,
+}
+
+impl ConnInfo {
+    /// Whether the connection is still up.
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Acquire)
+    }
+}
+
+impl Connected for Tracked {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
+        ConnInfo {
+            remote: self.io.peer_addr().ok(),
+            alive: self.alive.clone(),
+        }
+    }
+}
+
+impl AsyncRead for Tracked {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let me = self.get_mut();
+        let before = buf.filled().len();
+        let r = Pin::new(&mut me.io).poll_read(cx, buf);
+        match &r {
+            Poll::Ready(Ok(())) if buf.filled().len() == before && buf.remaining() > 0 => me.dead(),
+            Poll::Ready(Err(_)) => me.dead(),
+            _ => {}
+        }
+        r
+    }
+}
+
+impl AsyncWrite for Tracked {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        let r = Pin::new(&mut me.io).poll_write(cx, buf);
+        if let Poll::Ready(Err(_)) = &r {
+            me.dead();
+        }
+        r
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let me = self.get_mut();
+        let r = Pin::new(&mut me.io).poll_write_vectored(cx, bufs);
+        if let Poll::Ready(Err(_)) = &r {
+            me.dead();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_connection_is_dead_after_the_peer_closes_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"hi").await.unwrap();
+            c
+        });
+        let (io, _) = listener.accept().await.unwrap();
+        let mut tracked = Tracked::new(io);
+        let info = tracked.connect_info();
+        let mut buf = [0u8; 2];
+        tracked.read_exact(&mut buf).await.unwrap();
+        assert!(info.is_alive());
+        drop(client.await.unwrap());
+        let n = tracked.read(&mut [0u8; 8]).await.unwrap();
+        assert_eq!(n, 0);
+        assert!(!info.is_alive(), "end of file seen");
+        let other = Tracked::new(TcpStream::connect(addr).await.unwrap());
+        let info = other.connect_info();
+        drop(other);
+        assert!(!info.is_alive(), "dropped");
+    }
+}
