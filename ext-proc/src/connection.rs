@@ -8,8 +8,10 @@
 //!   peer before the server accepted them. Envoy resets a side stream whenever its client
 //!   resets, so 800 clients that send a request and reset it would drop Envoy's connection and
 //!   every stream on it. The pending-reset and local-error-reset limits are raised far above
-//!   what Envoy's own circuit breaker lets through, as is the concurrent-stream limit;
-//!   keepalive pings find a dead peer.
+//!   what Envoy's own circuit breaker lets through, as is the concurrent-stream limit; the
+//!   receive windows are large enough that Envoy never queues thousands of frames for kvroute
+//!   (which it treats as a flood and answers by dropping the connection); keepalive pings find
+//!   a dead peer.
 //! - **Liveness** ([`Tracked`]): a side stream that ends because its connection died did not
 //!   end with its response (Envoy's `failure_mode_allow: true` lets the response go on without
 //!   kvroute). Its ticket is detached instead of released
@@ -35,6 +37,13 @@ pub const MAX_LOCAL_ERROR_RESETS: usize = 1 << 16;
 /// Concurrent side streams on one connection: above the shipped Envoy circuit breaker
 /// (100,000 requests to the ext_proc cluster).
 pub const MAX_CONCURRENT_STREAMS: u32 = 200_000;
+/// Receive window of a connection, bytes. Envoy queues the frames it cannot send while the
+/// window is shut, and drops the connection as a flood once 10,000 are queued
+/// (`max_outbound_frames`): with h2's 64 KiB default, a burst of a few hundred new side
+/// streams did that.
+pub const CONNECTION_WINDOW: u32 = 64 << 20;
+/// Receive window of a stream, bytes (a buffered body comes in one message).
+pub const STREAM_WINDOW: u32 = 4 << 20;
 /// HTTP/2 keepalive: a ping this often, and the connection dropped when a ping goes
 /// unanswered this long.
 pub const KEEPALIVE: Duration = Duration::from_secs(20);
@@ -47,7 +56,8 @@ pub fn harden(server: tonic::transport::Server) -> tonic::transport::Server {
         .max_concurrent_streams(Some(MAX_CONCURRENT_STREAMS))
         .http2_keepalive_interval(Some(KEEPALIVE))
         .http2_keepalive_timeout(Some(KEEPALIVE))
-        .http2_adaptive_window(Some(true))
+        .initial_connection_window_size(Some(CONNECTION_WINDOW))
+        .initial_stream_window_size(Some(STREAM_WINDOW))
 }
 
 /// A TCP connection that records when it ends: at end of file, a read or write error, or

@@ -465,6 +465,12 @@ impl prometheus_client::collector::Collector for RouterCollector {
         )?;
         counter(
             &mut enc,
+            "kvroute_tickets_detached_released",
+            "Tickets whose ext_proc connection was lost mid-request, released at their predicted end",
+            &[(vec![], t.detached_released)],
+        )?;
+        counter(
+            &mut enc,
             "kvroute_tickets_orphaned",
             "Tickets completed after their pod was removed",
             &[(vec![], t.orphaned)],

@@ -173,18 +173,14 @@ pub struct Sim {
 
 impl Sim {
     pub fn start(dir: &TempDir, name: &str, speedup: f64) -> Sim {
+        Sim::start_on(dir, name, speedup, 0)
+    }
+
+    /// Starts it on `port` (0 = a free one).
+    pub fn start_on(dir: &TempDir, name: &str, speedup: f64, port: u16) -> Sim {
         let mut cmd = Command::new(sim_bin());
-        cmd.args([
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--name",
-            name,
-            "--model",
-            "study",
-        ]);
+        cmd.args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()]);
+        cmd.args(["--name", name, "--model", "study"]);
         cmd.args(["--speedup", &speedup.to_string()]);
         let (proc, line) = spawn_and_wait(
             name,
