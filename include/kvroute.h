@@ -12,9 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KVROUTE_VERSION "0.1.0"
+#define KVROUTE_VERSION "0.2.0"
 #define KVROUTE_VERSION_MAJOR 0
-#define KVROUTE_VERSION_MINOR 1
+#define KVROUTE_VERSION_MINOR 2
 #define KVROUTE_VERSION_PATCH 0
 #define KVROUTE_VERSION_NUMBER ((KVROUTE_VERSION_MAJOR << 16) | (KVROUTE_VERSION_MINOR << 8) | KVROUTE_VERSION_PATCH)
 
@@ -109,7 +109,8 @@ enum kvroute_status
    */
   KVROUTE_STATUS_UNKNOWN_MODEL = 5,
   /**
-   * The model is known but none of its pods is ready (AIBrix answers 503).
+   * The model is known but none of its pods is ready and in service (not ejected, active
+   * checks not failing) (AIBrix answers 503).
    */
   KVROUTE_STATUS_NO_READY_POD = 6,
   /**
@@ -143,9 +144,18 @@ enum kvroute_status
    */
   KVROUTE_STATUS_INVALID_BODY = 13,
   /**
-   * The configuration is invalid (zero capacity or TTL, bad block size, bad σ factor).
+   * The configuration is invalid (zero capacity or TTL, bad block size, bad σ factor, a zero
+   * base ejection time or an ejection percentage over 100).
    */
   KVROUTE_STATUS_INVALID_CONFIG = 14,
+  /**
+   * The request named an endpoint subset (`kvroute_router_route_subset()`,
+   * `kvroute_router_route_json_subset()`) and no pod of the model in it is ready and in
+   * service: "no ready pod for model in the endpoint subset" (the Gateway API Inference
+   * Extension answers 503). An empty subset, or one of addresses no pod of the model has,
+   * gives it too.
+   */
+  KVROUTE_STATUS_NO_POD_IN_SUBSET = 15,
   /**
    * The library panicked; the call had no effect unless it held the router lock, in which
    * case the router is now poisoned. This is a bug in kvroute: please report it.
@@ -217,7 +227,15 @@ typedef uint32_t kvroute_reason;
 #endif // __cplusplus
 
 /**
- * How a request ended, passed to `kvroute_router_complete()` as a `uint32_t`.
+ * How a request ended, passed to `kvroute_router_complete()` and its variants as a
+ * `uint32_t`. The outcome also feeds the pod's health (outlier detection, modelled on Envoy's):
+ * `KVROUTE_OUTCOME_FAILED`, `_CONNECT_FAILED`, `_RESET` and `_TIMEOUT` are upstream errors, and
+ * `kvroute_config_builder_set_consecutive_5xx()` of them in a row eject the pod (default 5);
+ * `_CONNECT_FAILED`, `_RESET` and `_TIMEOUT` are also gateway failures, and
+ * `kvroute_config_builder_set_consecutive_gateway_failures()` of those in a row eject it
+ * (default 3). A success resets both counts; a cancel never counts against the pod. An ejected
+ * pod gets no requests until its ejection time is over, then one probe request at a time: the
+ * probe's success readmits it, its failure ejects it again for longer.
  */
 enum kvroute_outcome
 #if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
@@ -225,23 +243,90 @@ enum kvroute_outcome
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
   /**
-   * The response finished normally.
+   * The response finished normally (a client error such as a 4xx counts as success: the pod
+   * worked). Resets the pod's error counts; the success of a probe readmits the pod.
    */
   KVROUTE_OUTCOME_SUCCESS = 0,
   /**
-   * The client went away or the stream was reset before the response finished.
+   * The client went away before the response finished. Says nothing about the pod: counts
+   * neither for nor against it (a cancelled probe lets the next request probe).
    */
   KVROUTE_OUTCOME_CANCELLED = 1,
   /**
-   * The upstream answered with an error or could not be reached.
+   * The upstream answered with a server error (5xx), or failed in a way the caller cannot
+   * tell apart. An upstream error.
    */
   KVROUTE_OUTCOME_FAILED = 2,
+  /**
+   * The pod could not be connected to (refused, unreachable, connect timeout). An upstream
+   * error and a gateway failure.
+   */
+  KVROUTE_OUTCOME_CONNECT_FAILED = 3,
+  /**
+   * The pod closed or reset the connection before the response ended. An upstream error and
+   * a gateway failure.
+   */
+  KVROUTE_OUTCOME_RESET = 4,
+  /**
+   * The pod did not answer in time. An upstream error and a gateway failure.
+   */
+  KVROUTE_OUTCOME_TIMEOUT = 5,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
 typedef enum kvroute_outcome kvroute_outcome;
 #else
 typedef uint32_t kvroute_outcome;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * A change of a pod's health, written by `kvroute_router_report_health_check()` and
+ * `kvroute_router_complete_with_event()` to their `event_out` as a `uint32_t`, for logs and
+ * metrics. `kvroute_health_event_str()` names it. New events may be added: handle unknown
+ * values. `kvroute_router_pod_info()` shows the pod's state after the change.
+ */
+enum kvroute_health_event
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Nothing changed.
+   */
+  KVROUTE_HEALTH_EVENT_NONE = 0,
+  /**
+   * The pod was ejected: it gets no requests until `kvroute_pod_info.ejected_until_ms`, then
+   * one probe request at a time.
+   */
+  KVROUTE_HEALTH_EVENT_EJECTED = 1,
+  /**
+   * The pod met an ejection rule, but ejecting it would have taken more of a model's pods
+   * out of service than `kvroute_config_builder_set_max_ejection_percent()` allows (or the
+   * model's last pod in service): it stays in service.
+   */
+  KVROUTE_HEALTH_EVENT_EJECTION_SKIPPED = 2,
+  /**
+   * The pod is back in service: its probe succeeded, or (after an ejection for gateway
+   * failures) an active check passed after one had failed.
+   */
+  KVROUTE_HEALTH_EVENT_READMITTED = 3,
+  /**
+   * Its active checks failed `unhealthy_threshold` times in a row: out of service until
+   * they pass again.
+   */
+  KVROUTE_HEALTH_EVENT_CHECKS_FAILING = 4,
+  /**
+   * Its active checks passed `healthy_threshold` times in a row: back in service unless
+   * ejected.
+   */
+  KVROUTE_HEALTH_EVENT_CHECKS_PASSING = 5,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum kvroute_health_event kvroute_health_event;
+#else
+typedef uint32_t kvroute_health_event;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -260,7 +345,10 @@ typedef struct kvroute_config kvroute_config;
  * Under the hood this is a `Box<RouterConfig>`. It is not thread-safe: use it from one thread
  * at a time. Every setting starts at the value AIBrix v0.7.0 ships (block size 128, index
  * capacity 200000 blocks, index TTL 20 min, ticket TTL 30 min, imbalance count 16, stddev
- * factor 2, strategy `prefix-cache`, seed 0).
+ * factor 2, strategy `prefix-cache`, seed 0), and the pod-health rules at Envoy's
+ * outlier-detection defaults (5 upstream errors or 3 gateway failures in a row eject a pod for
+ * 30 s, growing to at most 300 s, at most 10% of a model's pods ejected at once; 3 failed
+ * active checks take a pod out of service, 1 passed check brings it back).
  */
 typedef struct kvroute_config_builder kvroute_config_builder;
 
@@ -284,8 +372,9 @@ typedef struct kvroute_router kvroute_router;
 typedef uint64_t kvroute_ticket;
 
 /**
- * Counters of the whole router (all models), read by `kvroute_router_stats()`. The layout is
- * frozen: new counters come through new functions.
+ * Counters of the whole router (all models), read by `kvroute_router_stats()`. Fields are
+ * never moved or removed; new counters are appended at the end (the completions by the
+ * outcomes that came with pod health follow `decisions_by_match_bucket`).
  */
 typedef struct kvroute_stats {
   /**
@@ -366,7 +455,8 @@ typedef struct kvroute_stats {
    */
   uint64_t unknown_model;
   /**
-   * Route calls rejected because no pod of the model was ready.
+   * Route calls rejected because no pod of the model was ready and in service (or, with an
+   * endpoint subset, none in the subset: `KVROUTE_STATUS_NO_POD_IN_SUBSET` counts here too).
    */
   uint64_t no_ready_pod;
   /**
@@ -383,6 +473,18 @@ typedef struct kvroute_stats {
    * `0`, `1-25`, `26-50`, `51-75`, `76-100`.
    */
   uint64_t decisions_by_match_bucket[5];
+  /**
+   * Completions accepted with `KVROUTE_OUTCOME_CONNECT_FAILED`.
+   */
+  uint64_t completed_connect_failed;
+  /**
+   * Completions accepted with `KVROUTE_OUTCOME_RESET`.
+   */
+  uint64_t completed_reset;
+  /**
+   * Completions accepted with `KVROUTE_OUTCOME_TIMEOUT`.
+   */
+  uint64_t completed_timeout;
 } kvroute_stats;
 
 /**
@@ -492,7 +594,8 @@ typedef struct kvroute_engine_timing {
 } kvroute_engine_timing;
 
 /**
- * One pod as the router sees it, read by `kvroute_router_pod_info()`. The layout is frozen.
+ * One pod as the router sees it, read by `kvroute_router_pod_info()`. Fields are never moved
+ * or removed; new ones are appended at the end (the health fields after `ready`).
  */
 typedef struct kvroute_pod_info {
   /**
@@ -512,16 +615,49 @@ typedef struct kvroute_pod_info {
    */
   uint32_t models;
   /**
-   * Whether it may receive new requests.
+   * Whether it may receive new requests (as set by `kvroute_router_add_pod()` and
+   * `kvroute_router_set_pod_ready()`; its health is below).
    */
   bool ready;
+  /**
+   * Ejected by outlier detection and not yet back in service: waiting out its ejection
+   * (`ejected_until_ms`), or probing.
+   */
+  bool ejected;
+  /**
+   * Its ejection time is over and it takes one probe request at a time, whose outcome
+   * decides whether it is back in service (`ejected` is still set).
+   */
+  bool probing;
+  /**
+   * Its active checks are failing (`kvroute_router_report_health_check()`): out of service
+   * until they pass again.
+   */
+  bool checks_failing;
+  /**
+   * While it waits out an ejection, when that ends on the caller's clock (ms); 0 otherwise
+   * (in service, or probing).
+   */
+  uint64_t ejected_until_ms;
+  /**
+   * Times it was ejected for consecutive upstream errors (`consecutive_5xx`), kept when the
+   * pod is removed and added again under its name.
+   */
+  uint64_t ejections_5xx;
+  /**
+   * Times it was ejected for consecutive gateway failures (connect failures, resets,
+   * timeouts), kept likewise.
+   */
+  uint64_t ejections_gateway;
 } kvroute_pod_info;
 
 /**
- * One routing decision, written by `kvroute_router_route()` / `kvroute_router_route_json()`.
+ * One routing decision, written by `kvroute_router_route()` / `kvroute_router_route_json()`
+ * (and their `_subset` variants).
  *
  * The request holds an in-flight slot on `pod` until `ticket` is passed to
- * `kvroute_router_complete()`. The layout is frozen: new fields come through new functions.
+ * `kvroute_router_complete()`. Fields are never moved or removed; new ones are appended at the
+ * end (`excluded` and `health_probe` came with pod health).
  */
 typedef struct kvroute_decision {
   /**
@@ -573,12 +709,23 @@ typedef struct kvroute_decision {
    * Whether prefix-cache's imbalance guard (`max - min > imbalance count`) fired.
    */
   bool imbalance;
+  /**
+   * Ready pods of the model that were no candidates because of their health (ejected, one
+   * probe already out, or failing active checks); pods set not ready are not counted.
+   */
+  uint32_t excluded;
+  /**
+   * The request is the probe of a pod whose ejection is over: its outcome decides whether
+   * the pod is back in service (success readmits it, a failure ejects it again for longer,
+   * a cancel lets the next request probe).
+   */
+  bool health_probe;
 } kvroute_decision;
 
 /**
  * Every status, in number order.
  */
-#define kvroute_status_ALL { kvroute_status_Ok, kvroute_status_NullParameter, kvroute_status_InvalidParameter, kvroute_status_InvalidUtf8, kvroute_status_InsufficientSize, kvroute_status_UnknownModel, kvroute_status_NoReadyPod, kvroute_status_UnknownPod, kvroute_status_UnknownTicket, kvroute_status_TicketNotOpen, kvroute_status_InvalidStrategy, kvroute_status_InvalidAddress, kvroute_status_EmptyName, kvroute_status_InvalidBody, kvroute_status_InvalidConfig, kvroute_status_Panic, kvroute_status_Poisoned, }
+#define kvroute_status_ALL { kvroute_status_Ok, kvroute_status_NullParameter, kvroute_status_InvalidParameter, kvroute_status_InvalidUtf8, kvroute_status_InsufficientSize, kvroute_status_UnknownModel, kvroute_status_NoReadyPod, kvroute_status_UnknownPod, kvroute_status_UnknownTicket, kvroute_status_TicketNotOpen, kvroute_status_InvalidStrategy, kvroute_status_InvalidAddress, kvroute_status_EmptyName, kvroute_status_InvalidBody, kvroute_status_InvalidConfig, kvroute_status_NoPodInSubset, kvroute_status_Panic, kvroute_status_Poisoned, }
 
 /**
  * Every reason, in number order.
@@ -677,6 +824,62 @@ kvroute_status kvroute_config_builder_set_hash_seed(struct kvroute_config_builde
                                                     uint64_t hash_seed);
 
 /**
+ * Sets how many upstream errors in a row eject a pod (default 5; 0 turns the rule off). Every
+ * failure outcome counts: `KVROUTE_OUTCOME_FAILED`, `_CONNECT_FAILED`, `_RESET`, `_TIMEOUT`;
+ * a success resets the count and a cancel leaves it alone. Envoy's `consecutive_5xx`.
+ */
+kvroute_status kvroute_config_builder_set_consecutive_5xx(struct kvroute_config_builder *builder,
+                                                          uint32_t count);
+
+/**
+ * Sets how many gateway failures in a row (`KVROUTE_OUTCOME_CONNECT_FAILED`, `_RESET`,
+ * `_TIMEOUT`: the pod was not reached or did not answer) eject a pod (default 3; 0 turns the
+ * rule off). Envoy's `consecutive_gateway_failure`, enforced.
+ */
+kvroute_status kvroute_config_builder_set_consecutive_gateway_failures(struct kvroute_config_builder *builder,
+                                                                       uint32_t count);
+
+/**
+ * Sets the first ejection's length in ms (default 30000); a pod's n-th ejection lasts n times
+ * as long (n decays by one for each such length the pod then spends in service), capped by
+ * `kvroute_config_builder_set_max_ejection_ms()`. Returns `KVROUTE_STATUS_INVALID_PARAMETER`
+ * (builder unchanged) for 0.
+ */
+kvroute_status kvroute_config_builder_set_base_ejection_ms(struct kvroute_config_builder *builder,
+                                                           uint64_t ms);
+
+/**
+ * Sets the longest ejection in ms (default 300000); a value below the base ejection time is
+ * taken as the base ejection time.
+ */
+kvroute_status kvroute_config_builder_set_max_ejection_ms(struct kvroute_config_builder *builder,
+                                                          uint64_t ms);
+
+/**
+ * Sets the most pods of a model that may be ejected at once, as a percentage of its pods
+ * (default 10). One pod may always be ejected, and one pod of every model always stays in
+ * service: an ejection that would break either rule is not made
+ * (`KVROUTE_HEALTH_EVENT_EJECTION_SKIPPED`). Returns `KVROUTE_STATUS_INVALID_PARAMETER`
+ * (builder unchanged) above 100.
+ */
+kvroute_status kvroute_config_builder_set_max_ejection_percent(struct kvroute_config_builder *builder,
+                                                               uint32_t percent);
+
+/**
+ * Sets how many failed active checks in a row (`kvroute_router_report_health_check()`) take
+ * a pod out of service (default 3; 0: checks never do).
+ */
+kvroute_status kvroute_config_builder_set_unhealthy_threshold(struct kvroute_config_builder *builder,
+                                                              uint32_t count);
+
+/**
+ * Sets how many passed active checks in a row bring a pod whose checks were failing back
+ * into service (default 1; 0 is taken as 1).
+ */
+kvroute_status kvroute_config_builder_set_healthy_threshold(struct kvroute_config_builder *builder,
+                                                            uint32_t count);
+
+/**
  * Validates the builder's settings and turns them into a configuration.
  *
  * The builder is consumed whether this succeeds or fails: do not use or free it afterwards
@@ -733,6 +936,45 @@ kvroute_status kvroute_router_complete_with_timings(struct kvroute_router *route
                                                     uint32_t outcome,
                                                     const struct kvroute_timings *timings,
                                                     uint64_t now_ms);
+
+/**
+ * `kvroute_router_complete_with_timings()` that also says what the outcome changed in the
+ * pod's health: on success, when `event_out` is not NULL, `*event_out` is a
+ * `kvroute_health_event` (`KVROUTE_HEALTH_EVENT_NONE` when nothing changed;
+ * `_EJECTED` when this failure ejected the pod; `_EJECTION_SKIPPED` when it met an ejection
+ * rule but the model could not spare it; `_READMITTED` when it was the pod's successful
+ * probe). `timings` and `event_out` may each be NULL; nothing is written on error. A ticket
+ * whose pod was removed meanwhile gives `KVROUTE_HEALTH_EVENT_NONE`. Statuses as
+ * `kvroute_router_complete_with_timings()`.
+ */
+kvroute_status kvroute_router_complete_with_event(struct kvroute_router *router,
+                                                  kvroute_ticket ticket,
+                                                  uint32_t outcome,
+                                                  const struct kvroute_timings *timings,
+                                                  uint64_t now_ms,
+                                                  uint32_t *event_out);
+
+/**
+ * Reports an active health check of the pod (the caller's `GET /health` or metrics scrape of
+ * its engine) that `passed` or failed at `now_ms`. `unhealthy_threshold` failed checks in a
+ * row (default 3) take the pod out of service (`KVROUTE_HEALTH_EVENT_CHECKS_FAILING`: routes
+ * skip it and count it in `kvroute_decision.excluded`); `healthy_threshold` passed checks in a
+ * row (default 1) bring it back (`_CHECKS_PASSING`). A passed check also ends an ejection for
+ * gateway failures when a check failed since the ejection began (the pod went down and came
+ * back: `_READMITTED`); it never ends an ejection for upstream errors (5xx), which is what
+ * outcome-based ejection is for.
+ *
+ * On success, when `event_out` is not NULL, `*event_out` is the `kvroute_health_event` the
+ * check caused (`KVROUTE_HEALTH_EVENT_NONE` when nothing changed). `event_out` may be NULL.
+ * Returns `KVROUTE_STATUS_UNKNOWN_POD` for an id never issued or removed,
+ * `KVROUTE_STATUS_NULL_PARAMETER` for a NULL router, `KVROUTE_STATUS_POISONED`; nothing is
+ * written or changed on error.
+ */
+kvroute_status kvroute_router_report_health_check(struct kvroute_router *router,
+                                                  kvroute_pod_id pod,
+                                                  bool passed,
+                                                  uint64_t now_ms,
+                                                  uint32_t *event_out);
 
 /**
  * Reports the first token of an open request (routed, not yet completed), as soon as the
@@ -1025,6 +1267,34 @@ kvroute_status kvroute_router_route(struct kvroute_router *router,
                                     struct kvroute_decision *decision_out);
 
 /**
+ * `kvroute_router_route()` restricted to an endpoint subset: only the model's pods whose
+ * `ip:port` address (as given to `kvroute_router_add_pod()`) is one of the
+ * `endpoint_subset_len` NUL-terminated UTF-8 strings at `endpoint_subset` are candidates (the
+ * Gateway API Inference Extension's subset hint, `x-gateway-destination-endpoint-subset`).
+ * Unlike the `(ptr, len)` strings elsewhere, the addresses are C strings; the array and the
+ * strings are borrowed for the call only.
+ *
+ * `(NULL, 0)` is no subset: the call is `kvroute_router_route()`. `(NULL, n > 0)` or a NULL
+ * entry is `KVROUTE_STATUS_NULL_PARAMETER`, an entry that is not UTF-8
+ * `KVROUTE_STATUS_INVALID_UTF8`. When no pod of the model in the subset is ready and in
+ * service (an empty subset, addresses no pod of the model has, or only unready, ejected or
+ * failing pods), the status is `KVROUTE_STATUS_NO_POD_IN_SUBSET` (503) instead of
+ * `KVROUTE_STATUS_NO_READY_POD`; an unknown model is still `KVROUTE_STATUS_UNKNOWN_MODEL`.
+ * Everything else is as in `kvroute_router_route()`.
+ */
+kvroute_status kvroute_router_route_subset(struct kvroute_router *router,
+                                           const uint8_t *model,
+                                           size_t model_len,
+                                           const uint8_t *prompt,
+                                           size_t prompt_len,
+                                           const uint8_t *strategy,
+                                           size_t strategy_len,
+                                           const char *const *endpoint_subset,
+                                           size_t endpoint_subset_len,
+                                           uint64_t now_ms,
+                                           struct kvroute_decision *decision_out);
+
+/**
  * Routes one request given as its OpenAI-style JSON body (`/v1/chat/completions` or
  * `/v1/completions`). The prompt is extracted as AIBrix v0.7.0 does: the `messages[].content`
  * values joined by one space (string contents unescaped, array or object contents appended as
@@ -1048,14 +1318,33 @@ kvroute_status kvroute_router_route_json(struct kvroute_router *router,
                                          struct kvroute_decision *decision_out);
 
 /**
+ * `kvroute_router_route_json()` restricted to an endpoint subset, with the subset's rules and
+ * statuses as in `kvroute_router_route_subset()`.
+ */
+kvroute_status kvroute_router_route_json_subset(struct kvroute_router *router,
+                                                const uint8_t *model,
+                                                size_t model_len,
+                                                const uint8_t *body,
+                                                size_t body_len,
+                                                const uint8_t *strategy,
+                                                size_t strategy_len,
+                                                const char *const *endpoint_subset,
+                                                size_t endpoint_subset_len,
+                                                uint64_t now_ms,
+                                                struct kvroute_decision *decision_out);
+
+/**
  * Releases a ticket's in-flight slot: call it exactly once per successful route, when the
- * response ends, with how it ended (`KVROUTE_OUTCOME_SUCCESS`, `_CANCELLED` or `_FAILED`, as
- * a `uint32_t`) and the caller's clock.
+ * response ends, with how it ended (a `kvroute_outcome` as a `uint32_t`:
+ * `KVROUTE_OUTCOME_SUCCESS`, `_CANCELLED`, `_FAILED`, `_CONNECT_FAILED`, `_RESET` or
+ * `_TIMEOUT`) and the caller's clock. The outcome feeds the pod's health (see
+ * `kvroute_outcome`): a cancel never counts against the pod, failures in a row eject it as the
+ * health settings say. `kvroute_router_complete_with_event()` also says what changed.
  *
  * Returns `KVROUTE_STATUS_UNKNOWN_TICKET` for a ticket this router never issued,
  * `KVROUTE_STATUS_TICKET_NOT_OPEN` for one already completed or expired (nothing changes in
- * either case), `KVROUTE_STATUS_INVALID_PARAMETER` for an unknown outcome. Completing a ticket
- * whose pod was removed meanwhile succeeds.
+ * either case), `KVROUTE_STATUS_INVALID_PARAMETER` for an unknown outcome number. Completing a
+ * ticket whose pod was removed meanwhile succeeds (and changes no pod's health).
  */
 kvroute_status kvroute_router_complete(struct kvroute_router *router,
                                        kvroute_ticket ticket,
@@ -1063,17 +1352,20 @@ kvroute_status kvroute_router_complete(struct kvroute_router *router,
                                        uint64_t now_ms);
 
 /**
- * Does the time-driven work due at `now_ms`: drops prefix-index entries past their TTL and
- * expires tickets older than the ticket TTL (releasing their in-flight slots). Call it when
- * `kvroute_router_next_deadline()` says, or periodically; calling it early is harmless.
+ * Does the time-driven work due at `now_ms`: drops prefix-index entries past their TTL,
+ * expires tickets older than the ticket TTL (releasing their in-flight slots; an expired probe
+ * lets the next request probe), and moves pods whose ejection is over to probing. Call it when
+ * `kvroute_router_next_deadline()` says, or periodically; calling it early is harmless. (A pod
+ * whose ejection is over takes its probe request even before the tick.)
  */
 kvroute_status kvroute_router_tick(struct kvroute_router *router, uint64_t now_ms);
 
 /**
- * When `kvroute_router_tick()` next has work. On success `*has_deadline_out` says whether
- * there is any, and `*deadline_ms_out` is that time on the caller's clock (0 when there is
- * none). Re-read it after every route, complete, tick or pod removal: routing can move it
- * earlier.
+ * When `kvroute_router_tick()` next has work (an index or ticket expiry, or the end of a pod's
+ * ejection). On success `*has_deadline_out` says whether there is any, and `*deadline_ms_out`
+ * is that time on the caller's clock (0 when there is none). Re-read it after every route,
+ * complete, tick or pod removal: routing can move it earlier (and a completion can eject a
+ * pod).
  */
 kvroute_status kvroute_router_next_deadline(const struct kvroute_router *router,
                                             bool *has_deadline_out,
@@ -1095,6 +1387,14 @@ const char *kvroute_status_str(uint32_t status);
  * gives `"unknown"`. Never NULL.
  */
 const char *kvroute_reason_str(uint32_t reason);
+
+/**
+ * The label of a health event (`kvroute_health_event`), e.g. `"ejected"`.
+ *
+ * Returns a static NUL-terminated string that the caller must not free; an unknown number
+ * gives `"unknown"`. Never NULL.
+ */
+const char *kvroute_health_event_str(uint32_t event);
 
 /**
  * The version of the library actually linked, `"major.minor.patch"` (compare with the

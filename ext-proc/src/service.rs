@@ -51,6 +51,7 @@ impl ExternalProcessor for ExtProc {
         let connection = request.extensions().get::<ConnInfo>().cloned();
         let driver = Driver {
             connection,
+            end: None,
             inbound: request.into_inner(),
             state: StreamState::new(shared),
             done: false,
@@ -70,6 +71,8 @@ struct Driver {
     /// The Envoy connection the stream came on (absent in tests that call the service
     /// directly).
     connection: Option<ConnInfo>,
+    /// How the inbound stream ended, once seen.
+    end: Option<End>,
     inbound: Streaming<ProcessingRequest>,
     state: StreamState,
     /// The inbound stream is over (no more replies).
@@ -92,9 +95,11 @@ impl Driver {
                 }
                 Ok(None) => {
                     self.done = true;
+                    self.end = Some(End::Envoy);
                     return None;
                 }
                 Err(status) => {
+                    self.end = Some(End::of(&status));
                     // Envoy ends every side stream with RST_STREAM; tonic reports it as
                     // Internal/Cancelled/Unknown. Anything else is a real stream error.
                     if matches!(
@@ -116,10 +121,75 @@ impl Driver {
     }
 }
 
+/// How a side stream ended, as far as kvroute can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    /// Envoy ended it (END_STREAM, or its RST_STREAM at the end of every request).
+    Envoy,
+    /// Its connection failed (IO error, GOAWAY with an error code).
+    Connection,
+    /// Something else.
+    Unknown,
+}
+
+impl End {
+    /// Reads the h2 error behind a stream error, if any.
+    fn of(status: &Status) -> End {
+        let mut source: Option<&(dyn std::error::Error + 'static)> =
+            std::error::Error::source(status);
+        while let Some(e) = source {
+            if let Some(h2) = e.downcast_ref::<h2::Error>() {
+                return if h2.is_reset() && h2.is_remote() {
+                    End::Envoy
+                } else if h2.is_io()
+                    || (h2.is_go_away() && h2.reason() != Some(h2::Reason::NO_ERROR))
+                {
+                    End::Connection
+                } else {
+                    End::Unknown
+                };
+            }
+            if e.downcast_ref::<std::io::Error>().is_some() {
+                return End::Connection;
+            }
+            source = e.source();
+        }
+        End::Unknown
+    }
+}
+
+impl Driver {
+    /// Whether the stream ended because its connection was lost rather than because Envoy
+    /// ended it. tonic usually drops a stream after Envoy's RST without polling it, so its end
+    /// is read now if it was not seen; a stream whose end is unknown counts as lost when its
+    /// connection is down. The connection of a stream Envoy reset may go down right after (as
+    /// at a graceful shutdown): the RST, read first, decides. While the service drains for
+    /// shutdown nothing is detached.
+    fn connection_lost(&mut self) -> bool {
+        use futures_util::FutureExt;
+        if self.end.is_none() {
+            self.end = match self.inbound.message().now_or_never() {
+                Some(Ok(None)) => Some(End::Envoy),
+                Some(Err(status)) => Some(End::of(&status)),
+                Some(Ok(Some(_))) | None => None,
+            };
+        }
+        if !self.state.shared().is_ready() {
+            // Draining for shutdown: the process and its tickets end with the last stream.
+            return false;
+        }
+        match self.end {
+            Some(End::Envoy) => false,
+            Some(End::Connection) => true,
+            Some(End::Unknown) | None => self.connection.as_ref().is_some_and(|c| !c.is_alive()),
+        }
+    }
+}
+
 impl Drop for Driver {
     fn drop(&mut self) {
         // The state (and its ticket guard) is dropped right after this.
-        let lost = self.connection.as_ref().is_some_and(|c| !c.is_alive());
+        let lost = self.connection_lost();
         let how = if self.failed {
             "error"
         } else if lost {

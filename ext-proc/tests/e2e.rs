@@ -356,7 +356,11 @@ fn errors_return_aibrix_status_marker_and_body() {
 
     // 503: the model is known but has no pod left (reload removed them).
     let header = "[listen]\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[limits]\nmax_body_bytes = 65536\n";
-    std::fs::write(&s.config, format!("{header}[models.study]\npods = []\n")).unwrap();
+    std::fs::write(
+        &s.config,
+        format!("{header}[models.study]\nallow_no_pods = true\npods = []\n"),
+    )
+    .unwrap();
     s.ext.proc.signal("HUP");
     let r = wait_for(Duration::from_secs(5), || {
         let r = s.post("/v1/completions", &[], &completion("study", "x", 1, false));
@@ -367,7 +371,11 @@ fn errors_return_aibrix_status_marker_and_body() {
     assert_eq!(r.json()["error"]["code"], "service_unavailable");
 
     // 400 again once a reload removes the model itself.
-    std::fs::write(&s.config, format!("{header}[models.other]\npods = []\n")).unwrap();
+    std::fs::write(
+        &s.config,
+        format!("{header}[models.other]\nallow_no_pods = true\npods = []\n"),
+    )
+    .unwrap();
     s.ext.proc.signal("HUP");
     let r = wait_for(Duration::from_secs(5), || {
         let r = s.post("/v1/completions", &[], &completion("study", "x", 1, false));

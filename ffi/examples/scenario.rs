@@ -143,8 +143,21 @@ fn main() {
                     Completion::new(outcome(w[3])),
                     Timestamp::from_millis(num(1)),
                 );
-                let st = r.map_or_else(kvroute_status::from, |_| kvroute_status::Ok);
-                println!("{} {} {}", w[0], w[2], st.as_str());
+                match r {
+                    Ok(released) => match kvroute::kvroute_health_event::from(released.health) {
+                        kvroute::kvroute_health_event::None => {
+                            println!("{} {} {}", w[0], w[2], kvroute_status::Ok.as_str())
+                        }
+                        event => println!(
+                            "{} {} {} health={}",
+                            w[0],
+                            w[2],
+                            kvroute_status::Ok.as_str(),
+                            event.as_str()
+                        ),
+                    },
+                    Err(e) => println!("{} {} {}", w[0], w[2], kvroute_status::from(e).as_str()),
+                }
             }
             "tick" => {
                 router.handle_timeout(Timestamp::from_millis(num(1)));
@@ -190,12 +203,40 @@ fn main() {
                     .expect("live pod");
                 println!("capacity {} {}", w[1], w[2]);
             }
+            "check" => {
+                let id = router.pod_id(w[2]).expect("known pod");
+                let event = router
+                    .report_health_check(id, w[3] == "1", Timestamp::from_millis(num(1)))
+                    .expect("live pod");
+                println!(
+                    "check {} {} {}",
+                    w[2],
+                    w[3],
+                    kvroute::kvroute_health_event::from(event).as_str()
+                );
+            }
+            "health" => {
+                let id = router.pod_id(w[1]).expect("known pod");
+                let h = router.pod(id).expect("live pod").health;
+                // In `kvroute_core::EjectionReason::ALL` order.
+                let [consecutive_5xx, gateway] = h.ejections;
+                println!(
+                    "health {} ejected={} probing={} until={} checks_failing={} ejections={}/{}",
+                    w[1],
+                    u8::from(h.ejected),
+                    u8::from(h.probing),
+                    h.ejected_until.map_or(0, Timestamp::as_millis),
+                    u8::from(h.checks_failing),
+                    consecutive_5xx,
+                    gateway,
+                );
+            }
             other => panic!("unknown command {other:?}"),
         }
     }
     let s = kvroute::kvroute_stats::from(&router.stats());
     println!(
-        "stats pods={} ready={} models={} in_flight={} open={} issued={} ok={} cancelled={} failed={} expired={} orphaned={} rejected={} blocks={} unknown_model={} no_ready={} imbalance={} reasons={:?} buckets={:?}",
+        "stats pods={} ready={} models={} in_flight={} open={} issued={} ok={} cancelled={} failed={} connect_failed={} reset={} timeout={} expired={} orphaned={} rejected={} blocks={} unknown_model={} no_ready={} imbalance={} reasons={:?} buckets={:?}",
         s.pods,
         s.ready_pods,
         s.models,
@@ -205,6 +246,9 @@ fn main() {
         s.completed_success,
         s.completed_cancelled,
         s.completed_failed,
+        s.completed_connect_failed,
+        s.completed_reset,
+        s.completed_timeout,
         s.tickets_expired,
         s.tickets_orphaned,
         s.tickets_rejected,

@@ -46,6 +46,37 @@ func (r *Router) CompleteWithTimings(ticket uint64, outcome Outcome, t Timings, 
 	return check(st)
 }
 
+// CompleteWithEvent is CompleteWithTimings (a zero Timings is no timings) that also returns
+// what the outcome changed in the pod's health: HealthNone, HealthEjected (this failure
+// ejected the pod), HealthEjectionSkipped (it met a rule, but the model could not spare the
+// pod) or HealthReadmitted (the pod's probe succeeded).
+func (r *Router) CompleteWithEvent(ticket uint64, outcome Outcome, t Timings, nowMs uint64) (HealthEvent, error) {
+	c := t.c()
+	var event C.uint32_t
+	st := C.kvroute_router_complete_with_event(r.ptr(), C.kvroute_ticket(ticket), C.uint32_t(outcome), &c, C.uint64_t(nowMs), &event)
+	runtime.KeepAlive(r)
+	if err := check(st); err != nil {
+		return HealthNone, err
+	}
+	return HealthEvent(event), nil
+}
+
+// ReportHealthCheck reports an active health check of the pod (a GET /health or a metrics
+// scrape of its engine) that passed or failed at nowMs, and returns what it changed.
+// UnhealthyThreshold failed checks in a row take the pod out of service
+// (HealthChecksFailing), HealthyThreshold passed ones bring it back (HealthChecksPassing); a
+// passed check after a failed one also ends an ejection for gateway failures
+// (HealthReadmitted), never one for upstream errors. An unknown pod is StatusUnknownPod.
+func (r *Router) ReportHealthCheck(pod PodID, passed bool, nowMs uint64) (HealthEvent, error) {
+	var event C.uint32_t
+	st := C.kvroute_router_report_health_check(r.ptr(), C.kvroute_pod_id(pod), C._Bool(passed), C.uint64_t(nowMs), &event)
+	runtime.KeepAlive(r)
+	if err := check(st); err != nil {
+		return HealthNone, err
+	}
+	return HealthEvent(event), nil
+}
+
 // FirstToken reports the first token of an open request (routed, not yet completed) as soon
 // as a streaming proxy sees it, so that least-ttft learns the pod's prompt-side rates a whole
 // decode before the completion. Only FirstTokenMs (required: StatusInvalidParameter without

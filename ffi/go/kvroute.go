@@ -68,6 +68,7 @@ const (
 	StatusEmptyName        Status = C.KVROUTE_STATUS_EMPTY_NAME
 	StatusInvalidBody      Status = C.KVROUTE_STATUS_INVALID_BODY
 	StatusInvalidConfig    Status = C.KVROUTE_STATUS_INVALID_CONFIG
+	StatusNoPodInSubset    Status = C.KVROUTE_STATUS_NO_POD_IN_SUBSET
 	StatusPanic            Status = C.KVROUTE_STATUS_PANIC
 	StatusPoisoned         Status = C.KVROUTE_STATUS_POISONED
 )
@@ -100,15 +101,42 @@ const (
 // String returns AIBrix's label for the reason, e.g. "prefix_match".
 func (r Reason) String() string { return C.GoString(C.kvroute_reason_str(C.uint32_t(r))) }
 
-// Outcome says how a request ended.
+// Outcome says how a request ended. It also feeds the pod's health: Failed, ConnectFailed,
+// Reset and Timeout are upstream errors (HealthConfig.Consecutive5xx of them in a row eject
+// the pod), ConnectFailed, Reset and Timeout also gateway failures
+// (HealthConfig.ConsecutiveGatewayFailures in a row eject it); a success resets both counts
+// and a cancel never counts against the pod.
 type Outcome uint32
 
-// The outcomes passed to Complete.
+// The outcomes passed to Complete (stable numbers; see kvroute.h).
 const (
-	Success   Outcome = C.KVROUTE_OUTCOME_SUCCESS
-	Cancelled Outcome = C.KVROUTE_OUTCOME_CANCELLED
-	Failed    Outcome = C.KVROUTE_OUTCOME_FAILED
+	Success       Outcome = C.KVROUTE_OUTCOME_SUCCESS        // finished normally (a 4xx too: the pod worked)
+	Cancelled     Outcome = C.KVROUTE_OUTCOME_CANCELLED      // the client went away; says nothing about the pod
+	Failed        Outcome = C.KVROUTE_OUTCOME_FAILED         // a 5xx, or a failure not told apart
+	ConnectFailed Outcome = C.KVROUTE_OUTCOME_CONNECT_FAILED // the pod could not be connected to
+	Reset         Outcome = C.KVROUTE_OUTCOME_RESET          // the pod closed or reset the connection
+	Timeout       Outcome = C.KVROUTE_OUTCOME_TIMEOUT        // the pod did not answer in time
 )
+
+// HealthEvent is a change of a pod's health, returned by ReportHealthCheck and
+// CompleteWithEvent for logs and metrics. New events may be added.
+type HealthEvent uint32
+
+// The health events (stable numbers; see kvroute.h).
+const (
+	HealthNone            HealthEvent = C.KVROUTE_HEALTH_EVENT_NONE             // nothing changed
+	HealthEjected         HealthEvent = C.KVROUTE_HEALTH_EVENT_EJECTED          // ejected until PodInfo.EjectedUntilMs
+	HealthEjectionSkipped HealthEvent = C.KVROUTE_HEALTH_EVENT_EJECTION_SKIPPED // met a rule, but the model could not spare it
+	HealthReadmitted      HealthEvent = C.KVROUTE_HEALTH_EVENT_READMITTED       // back in service (probe or check)
+	HealthChecksFailing   HealthEvent = C.KVROUTE_HEALTH_EVENT_CHECKS_FAILING   // active checks failing: out of service
+	HealthChecksPassing   HealthEvent = C.KVROUTE_HEALTH_EVENT_CHECKS_PASSING   // active checks passing again
+)
+
+// String returns the event's label, e.g. "ejected" ("unknown" for numbers this library does
+// not know).
+func (e HealthEvent) String() string {
+	return C.GoString(C.kvroute_health_event_str(C.uint32_t(e)))
+}
 
 // PodID identifies a pod within one Router. Ids are never reused.
 type PodID uint32
@@ -136,6 +164,37 @@ type Config struct {
 	Seed uint64
 	// HashSeed, when set, fixes the prompt-hash seed (otherwise derived from Seed).
 	HashSeed *uint64
+	// Health holds the pod-health rules (Envoy's outlier-detection defaults).
+	Health HealthConfig
+}
+
+// HealthConfig holds the pod-health rules: outlier detection from completion outcomes and
+// active checks (ReportHealthCheck). The zero value of every field means the library's
+// default; the counts for which 0 means something else (a rule turned off, any share) are
+// pointers. Durations have millisecond resolution: a negative one, or a BaseEjection under
+// 1 ms, is StatusInvalidParameter.
+type HealthConfig struct {
+	// Consecutive5xx, when set, is how many upstream errors in a row eject a pod (default 5;
+	// 0 turns the rule off).
+	Consecutive5xx *uint32
+	// ConsecutiveGatewayFailures, when set, is how many connect failures, resets or timeouts
+	// in a row eject a pod (default 3; 0 turns the rule off).
+	ConsecutiveGatewayFailures *uint32
+	// BaseEjection is the first ejection's length (default 30 s); the n-th lasts n times as
+	// long (n decays while the pod stays in service).
+	BaseEjection time.Duration
+	// MaxEjection caps an ejection's length (default 300 s; less than BaseEjection is taken
+	// as BaseEjection).
+	MaxEjection time.Duration
+	// MaxEjectionPercent, when set, is the most pods of a model ejected at once, in percent
+	// of its pods (default 10; one pod may always be ejected, and one always stays in
+	// service). Above 100 is StatusInvalidParameter.
+	MaxEjectionPercent *uint32
+	// UnhealthyThreshold, when set, is how many failed checks in a row take a pod out of
+	// service (default 3; 0: checks never do).
+	UnhealthyThreshold *uint32
+	// HealthyThreshold is how many passed checks in a row bring it back (0: the default, 1).
+	HealthyThreshold uint32
 }
 
 // Router is a kvroute router. It is safe for concurrent use, except that Close must not run
@@ -177,7 +236,8 @@ func stringArg(s string) (*C.uint8_t, C.size_t) {
 // NewRouter builds a router with cfg. Call Close when done (a finalizer frees it otherwise).
 // A negative size or duration is StatusInvalidParameter.
 func NewRouter(cfg Config) (*Router, error) {
-	if cfg.BlockSize < 0 || cfg.IndexCapacity < 0 || cfg.IndexTTL < 0 || cfg.TicketTTL < 0 {
+	if cfg.BlockSize < 0 || cfg.IndexCapacity < 0 || cfg.IndexTTL < 0 || cfg.TicketTTL < 0 ||
+		cfg.Health.BaseEjection < 0 || cfg.Health.MaxEjection < 0 {
 		return nil, StatusInvalidParameter
 	}
 	b := C.kvroute_config_builder_new()
@@ -210,6 +270,28 @@ func NewRouter(cfg Config) (*Router, error) {
 	}
 	if cfg.HashSeed != nil {
 		errs = append(errs, set(C.kvroute_config_builder_set_hash_seed(b, C.uint64_t(*cfg.HashSeed))))
+	}
+	h := cfg.Health
+	if h.Consecutive5xx != nil {
+		errs = append(errs, set(C.kvroute_config_builder_set_consecutive_5xx(b, C.uint32_t(*h.Consecutive5xx))))
+	}
+	if h.ConsecutiveGatewayFailures != nil {
+		errs = append(errs, set(C.kvroute_config_builder_set_consecutive_gateway_failures(b, C.uint32_t(*h.ConsecutiveGatewayFailures))))
+	}
+	if h.BaseEjection != 0 {
+		errs = append(errs, set(C.kvroute_config_builder_set_base_ejection_ms(b, C.uint64_t(h.BaseEjection.Milliseconds()))))
+	}
+	if h.MaxEjection != 0 {
+		errs = append(errs, set(C.kvroute_config_builder_set_max_ejection_ms(b, C.uint64_t(h.MaxEjection.Milliseconds()))))
+	}
+	if h.MaxEjectionPercent != nil {
+		errs = append(errs, set(C.kvroute_config_builder_set_max_ejection_percent(b, C.uint32_t(*h.MaxEjectionPercent))))
+	}
+	if h.UnhealthyThreshold != nil {
+		errs = append(errs, set(C.kvroute_config_builder_set_unhealthy_threshold(b, C.uint32_t(*h.UnhealthyThreshold))))
+	}
+	if h.HealthyThreshold != 0 {
+		errs = append(errs, set(C.kvroute_config_builder_set_healthy_threshold(b, C.uint32_t(h.HealthyThreshold))))
 	}
 	runtime.KeepAlive(cfg.Strategy)
 	for _, err := range errs {
@@ -257,6 +339,8 @@ type Decision struct {
 	LoadMax       uint32
 	LoadMean      float64
 	ReadyPods     uint32
+	Excluded      uint32 // ready pods left out for their health (ejected, probe out, checks failing)
+	HealthProbe   bool   // the probe of a pod whose ejection is over: its outcome decides
 }
 
 func decisionFrom(d *C.kvroute_decision) Decision {
@@ -273,6 +357,8 @@ func decisionFrom(d *C.kvroute_decision) Decision {
 		LoadMax:       uint32(d.load_max),
 		LoadMean:      float64(d.load_mean),
 		ReadyPods:     uint32(d.ready_pods),
+		Excluded:      uint32(d.excluded),
+		HealthProbe:   bool(d.health_probe),
 	}
 }
 
@@ -280,11 +366,21 @@ func decisionFrom(d *C.kvroute_decision) Decision {
 // default; nowMs is the caller's monotonic clock in milliseconds. It passes no output-token
 // limit; RouteJSON reads one from the body.
 func (r *Router) Route(model string, prompt []byte, strategy string, nowMs uint64) (Decision, error) {
+	return r.RouteSubset(model, prompt, strategy, nil, nowMs)
+}
+
+// RouteSubset is Route restricted to an endpoint subset (the Gateway API Inference Extension's
+// subset hint): only the model's pods whose "ip:port" address is in subset are candidates.
+// A nil subset means none (Route); a non-nil empty one, or one where no pod of the model is
+// ready and in service, gives StatusNoPodInSubset.
+func (r *Router) RouteSubset(model string, prompt []byte, strategy string, subset []string, nowMs uint64) (Decision, error) {
 	var d C.kvroute_decision
 	mp, mn := stringArg(model)
 	pp, pn := bytesArg(prompt)
 	sp, sn := stringArg(strategy)
-	st := C.kvroute_router_route(r.ptr(), mp, mn, pp, pn, sp, sn, C.uint64_t(nowMs), &d)
+	ap, an, free := subsetArg(subset)
+	defer free()
+	st := C.kvroute_router_route_subset(r.ptr(), mp, mn, pp, pn, sp, sn, ap, an, C.uint64_t(nowMs), &d)
 	runtime.KeepAlive(r)
 	runtime.KeepAlive(model)
 	runtime.KeepAlive(prompt)
@@ -299,11 +395,18 @@ func (r *Router) Route(model string, prompt []byte, strategy string, nowMs uint6
 // completions); the prompt is extracted as AIBrix does. model "" takes the body's "model".
 // The body's max_completion_tokens (else max_tokens) caps the decode least-ttft predicts.
 func (r *Router) RouteJSON(model string, body []byte, strategy string, nowMs uint64) (Decision, error) {
+	return r.RouteJSONSubset(model, body, strategy, nil, nowMs)
+}
+
+// RouteJSONSubset is RouteJSON restricted to an endpoint subset, as in RouteSubset.
+func (r *Router) RouteJSONSubset(model string, body []byte, strategy string, subset []string, nowMs uint64) (Decision, error) {
 	var d C.kvroute_decision
 	mp, mn := stringArg(model)
 	bp, bn := bytesArg(body)
 	sp, sn := stringArg(strategy)
-	st := C.kvroute_router_route_json(r.ptr(), mp, mn, bp, bn, sp, sn, C.uint64_t(nowMs), &d)
+	ap, an, free := subsetArg(subset)
+	defer free()
+	st := C.kvroute_router_route_json_subset(r.ptr(), mp, mn, bp, bn, sp, sn, ap, an, C.uint64_t(nowMs), &d)
 	runtime.KeepAlive(r)
 	runtime.KeepAlive(model)
 	runtime.KeepAlive(body)
@@ -314,8 +417,41 @@ func (r *Router) RouteJSON(model string, body []byte, strategy string, nowMs uin
 	return decisionFrom(&d), nil
 }
 
-// Complete releases the ticket's in-flight slot, exactly once. A second completion returns
-// StatusTicketNotOpen, an unknown ticket StatusUnknownTicket.
+// subsetArg copies the addresses into one C allocation (an array of pointers followed by the
+// NUL-terminated strings: cgo may not pass Go memory holding Go pointers) and returns the
+// array, its length and the function that frees it. nil gives (NULL, 0): no subset.
+func subsetArg(addresses []string) (**C.char, C.size_t, func()) {
+	if addresses == nil {
+		return nil, 0, func() {}
+	}
+	ptrSize := unsafe.Sizeof((*C.char)(nil))
+	size := uintptr(len(addresses)) * ptrSize
+	for _, a := range addresses {
+		size += uintptr(len(a)) + 1
+	}
+	if size == 0 {
+		size = 1 // an empty subset is a non-NULL array of length 0
+	}
+	block := C.malloc(C.size_t(size))
+	if block == nil {
+		panic("kvroute: out of memory")
+	}
+	ptrs := unsafe.Slice((**C.char)(block), len(addresses))
+	text := unsafe.Slice((*byte)(block), size)
+	off := uintptr(len(addresses)) * ptrSize
+	for i, a := range addresses {
+		ptrs[i] = (*C.char)(unsafe.Pointer(&text[off]))
+		off += uintptr(copy(text[off:], a))
+		text[off] = 0
+		off++
+	}
+	return (**C.char)(block), C.size_t(len(addresses)), func() { C.free(block) }
+}
+
+// Complete releases the ticket's in-flight slot, exactly once, with how the request ended
+// (which feeds the pod's health; see Outcome). A second completion returns
+// StatusTicketNotOpen, an unknown ticket StatusUnknownTicket. CompleteWithEvent also says
+// what changed in the pod's health.
 func (r *Router) Complete(ticket uint64, outcome Outcome, nowMs uint64) error {
 	st := C.kvroute_router_complete(r.ptr(), C.kvroute_ticket(ticket), C.uint32_t(outcome), C.uint64_t(nowMs))
 	runtime.KeepAlive(r)
@@ -351,7 +487,7 @@ func (r *Router) readString(call func(*C.kvroute_router, *C.uint8_t, C.size_t, *
 	return string(big[:n]), nil
 }
 
-// Tick does the time-driven work due at nowMs (index TTL, ticket TTL).
+// Tick does the time-driven work due at nowMs (index TTL, ticket TTL, ends of ejections).
 func (r *Router) Tick(nowMs uint64) error {
 	st := C.kvroute_router_tick(r.ptr(), C.uint64_t(nowMs))
 	runtime.KeepAlive(r)

@@ -112,10 +112,22 @@ type PodInfo struct {
 	ID       PodID
 	Name     string
 	Address  string
-	Ready    bool
+	Ready    bool // as set by AddPod / SetPodReady; its health is below
 	InFlight uint32
 	Routed   uint64
 	Models   uint32
+	// Ejected: ejected by outlier detection and not yet back in service (waiting out its
+	// ejection, or probing).
+	Ejected bool
+	// Probing: the ejection time is over and one probe request at a time decides.
+	Probing bool
+	// EjectedUntilMs: while it waits out an ejection, when that ends (0 otherwise).
+	EjectedUntilMs uint64
+	// ChecksFailing: its active checks are failing (out of service until they pass).
+	ChecksFailing bool
+	// Ejections5xx and EjectionsGateway count its ejections for consecutive upstream errors
+	// and for consecutive gateway failures.
+	Ejections5xx, EjectionsGateway uint64
 }
 
 // PodInfo reads the pod's state.
@@ -137,6 +149,9 @@ func (r *Router) PodInfo(pod PodID) (PodInfo, error) {
 	return PodInfo{
 		ID: PodID(info.id), Name: name, Address: addr, Ready: bool(info.ready),
 		InFlight: uint32(info.in_flight), Routed: uint64(info.routed), Models: uint32(info.models),
+		Ejected: bool(info.ejected), Probing: bool(info.probing), EjectedUntilMs: uint64(info.ejected_until_ms),
+		ChecksFailing: bool(info.checks_failing), Ejections5xx: uint64(info.ejections_5xx),
+		EjectionsGateway: uint64(info.ejections_gateway),
 	}, nil
 }
 
@@ -164,15 +179,16 @@ func (r *Router) InFlight(pod PodID) (uint32, error) {
 
 // Stats holds the router's counters (all models).
 type Stats struct {
-	Pods, ReadyPods, Models, InFlight                     uint64
-	TicketsOpen, TicketsIssued                            uint64
-	CompletedSuccess, CompletedCancelled, CompletedFailed uint64
-	TicketsExpired, TicketsOrphaned, TicketsRejected      uint64
-	IndexBlocks, IndexCapacity, IndexInserted             uint64
-	IndexEvicted, IndexExpired, IndexPurged               uint64
-	UnknownModel, NoReadyPod, ImbalanceEvents             uint64
-	RoutedByReason                                        [16]uint64 // indexed by Reason
-	DecisionsByMatchBucket                                [5]uint64  // 0, 1-25, 26-50, 51-75, 76-100
+	Pods, ReadyPods, Models, InFlight                        uint64
+	TicketsOpen, TicketsIssued                               uint64
+	CompletedSuccess, CompletedCancelled, CompletedFailed    uint64
+	CompletedConnectFailed, CompletedReset, CompletedTimeout uint64
+	TicketsExpired, TicketsOrphaned, TicketsRejected         uint64
+	IndexBlocks, IndexCapacity, IndexInserted                uint64
+	IndexEvicted, IndexExpired, IndexPurged                  uint64
+	UnknownModel, NoReadyPod, ImbalanceEvents                uint64
+	RoutedByReason                                           [16]uint64 // indexed by Reason
+	DecisionsByMatchBucket                                   [5]uint64  // 0, 1-25, 26-50, 51-75, 76-100
 }
 
 // Stats reads every counter.
@@ -193,7 +209,8 @@ func (r *Router) Stats() (Stats, error) {
 		IndexInserted: uint64(s.index_inserted), IndexEvicted: uint64(s.index_evicted),
 		IndexExpired: uint64(s.index_expired), IndexPurged: uint64(s.index_purged),
 		UnknownModel: uint64(s.unknown_model), NoReadyPod: uint64(s.no_ready_pod),
-		ImbalanceEvents: uint64(s.imbalance_events),
+		ImbalanceEvents: uint64(s.imbalance_events), CompletedConnectFailed: uint64(s.completed_connect_failed),
+		CompletedReset: uint64(s.completed_reset), CompletedTimeout: uint64(s.completed_timeout),
 	}
 	for i := range out.RoutedByReason {
 		out.RoutedByReason[i] = uint64(s.routed_by_reason[i])

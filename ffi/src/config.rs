@@ -12,7 +12,10 @@ use crate::status::kvroute_status;
 /// Under the hood this is a `Box<RouterConfig>`. It is not thread-safe: use it from one thread
 /// at a time. Every setting starts at the value AIBrix v0.7.0 ships (block size 128, index
 /// capacity 200000 blocks, index TTL 20 min, ticket TTL 30 min, imbalance count 16, stddev
-/// factor 2, strategy `prefix-cache`, seed 0).
+/// factor 2, strategy `prefix-cache`, seed 0), and the pod-health rules at Envoy's
+/// outlier-detection defaults (5 upstream errors or 3 gateway failures in a row eject a pod for
+/// 30 s, growing to at most 300 s, at most 10% of a model's pods ejected at once; 3 failed
+/// active checks take a pod out of service, 1 passed check brings it back).
 pub struct kvroute_config_builder {
     _private: [u8; 0],
 }
@@ -215,6 +218,121 @@ pub extern "C" fn kvroute_config_builder_set_hash_seed(
     ffi_panic_boundary! {
         update(builder, |c| {
             c.hash_seed = Some(hash_seed);
+            Ok(())
+        })
+    }
+}
+
+/// Sets how many upstream errors in a row eject a pod (default 5; 0 turns the rule off). Every
+/// failure outcome counts: `KVROUTE_OUTCOME_FAILED`, `_CONNECT_FAILED`, `_RESET`, `_TIMEOUT`;
+/// a success resets the count and a cancel leaves it alone. Envoy's `consecutive_5xx`.
+#[no_mangle]
+pub extern "C" fn kvroute_config_builder_set_consecutive_5xx(
+    builder: *mut kvroute_config_builder,
+    count: u32,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        update(builder, |c| {
+            c.health.consecutive_5xx = count;
+            Ok(())
+        })
+    }
+}
+
+/// Sets how many gateway failures in a row (`KVROUTE_OUTCOME_CONNECT_FAILED`, `_RESET`,
+/// `_TIMEOUT`: the pod was not reached or did not answer) eject a pod (default 3; 0 turns the
+/// rule off). Envoy's `consecutive_gateway_failure`, enforced.
+#[no_mangle]
+pub extern "C" fn kvroute_config_builder_set_consecutive_gateway_failures(
+    builder: *mut kvroute_config_builder,
+    count: u32,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        update(builder, |c| {
+            c.health.consecutive_gateway_failures = count;
+            Ok(())
+        })
+    }
+}
+
+/// Sets the first ejection's length in ms (default 30000); a pod's n-th ejection lasts n times
+/// as long (n decays by one for each such length the pod then spends in service), capped by
+/// `kvroute_config_builder_set_max_ejection_ms()`. Returns `KVROUTE_STATUS_INVALID_PARAMETER`
+/// (builder unchanged) for 0.
+#[no_mangle]
+pub extern "C" fn kvroute_config_builder_set_base_ejection_ms(
+    builder: *mut kvroute_config_builder,
+    ms: u64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        update(builder, |c| {
+            c.health.base_ejection_ms = nonzero(ms)?;
+            Ok(())
+        })
+    }
+}
+
+/// Sets the longest ejection in ms (default 300000); a value below the base ejection time is
+/// taken as the base ejection time.
+#[no_mangle]
+pub extern "C" fn kvroute_config_builder_set_max_ejection_ms(
+    builder: *mut kvroute_config_builder,
+    ms: u64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        update(builder, |c| {
+            c.health.max_ejection_ms = ms;
+            Ok(())
+        })
+    }
+}
+
+/// Sets the most pods of a model that may be ejected at once, as a percentage of its pods
+/// (default 10). One pod may always be ejected, and one pod of every model always stays in
+/// service: an ejection that would break either rule is not made
+/// (`KVROUTE_HEALTH_EVENT_EJECTION_SKIPPED`). Returns `KVROUTE_STATUS_INVALID_PARAMETER`
+/// (builder unchanged) above 100.
+#[no_mangle]
+pub extern "C" fn kvroute_config_builder_set_max_ejection_percent(
+    builder: *mut kvroute_config_builder,
+    percent: u32,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        update(builder, |c| {
+            c.health.max_ejection_percent = match u8::try_from(percent) {
+                Ok(p) if p <= 100 => p,
+                _ => return Err(kvroute_status::InvalidParameter),
+            };
+            Ok(())
+        })
+    }
+}
+
+/// Sets how many failed active checks in a row (`kvroute_router_report_health_check()`) take
+/// a pod out of service (default 3; 0: checks never do).
+#[no_mangle]
+pub extern "C" fn kvroute_config_builder_set_unhealthy_threshold(
+    builder: *mut kvroute_config_builder,
+    count: u32,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        update(builder, |c| {
+            c.health.unhealthy_threshold = count;
+            Ok(())
+        })
+    }
+}
+
+/// Sets how many passed active checks in a row bring a pod whose checks were failing back
+/// into service (default 1; 0 is taken as 1).
+#[no_mangle]
+pub extern "C" fn kvroute_config_builder_set_healthy_threshold(
+    builder: *mut kvroute_config_builder,
+    count: u32,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        update(builder, |c| {
+            c.health.healthy_threshold = count;
             Ok(())
         })
     }

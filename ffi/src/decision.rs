@@ -6,10 +6,12 @@ use crate::bytes;
 use crate::router::{kvroute_pod_id, kvroute_router, kvroute_ticket};
 use crate::status::{kvroute_reason, kvroute_status};
 
-/// One routing decision, written by `kvroute_router_route()` / `kvroute_router_route_json()`.
+/// One routing decision, written by `kvroute_router_route()` / `kvroute_router_route_json()`
+/// (and their `_subset` variants).
 ///
 /// The request holds an in-flight slot on `pod` until `ticket` is passed to
-/// `kvroute_router_complete()`. The layout is frozen: new fields come through new functions.
+/// `kvroute_router_complete()`. Fields are never moved or removed; new ones are appended at the
+/// end (`excluded` and `health_probe` came with pod health).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct kvroute_decision {
@@ -38,6 +40,13 @@ pub struct kvroute_decision {
     pub ready_pods: u32,
     /// Whether prefix-cache's imbalance guard (`max - min > imbalance count`) fired.
     pub imbalance: bool,
+    /// Ready pods of the model that were no candidates because of their health (ejected, one
+    /// probe already out, or failing active checks); pods set not ready are not counted.
+    pub excluded: u32,
+    /// The request is the probe of a pod whose ejection is over: its outcome decides whether
+    /// the pod is back in service (success readmits it, a failure ejects it again for longer,
+    /// a cancel lets the next request probe).
+    pub health_probe: bool,
 }
 
 impl From<&Decision> for kvroute_decision {
@@ -55,6 +64,8 @@ impl From<&Decision> for kvroute_decision {
             load_max: d.loads.max,
             ready_pods: d.loads.ready,
             imbalance: d.imbalance,
+            excluded: d.excluded,
+            health_probe: d.health_probe,
         }
     }
 }
@@ -93,8 +104,9 @@ pub extern "C" fn kvroute_router_explain(
     }
 }
 
-/// Counters of the whole router (all models), read by `kvroute_router_stats()`. The layout is
-/// frozen: new counters come through new functions.
+/// Counters of the whole router (all models), read by `kvroute_router_stats()`. Fields are
+/// never moved or removed; new counters are appended at the end (the completions by the
+/// outcomes that came with pod health follow `decisions_by_match_bucket`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct kvroute_stats {
@@ -137,7 +149,8 @@ pub struct kvroute_stats {
     pub index_purged: u64,
     /// Route calls for a model no pod serves.
     pub unknown_model: u64,
-    /// Route calls rejected because no pod of the model was ready.
+    /// Route calls rejected because no pod of the model was ready and in service (or, with an
+    /// endpoint subset, none in the subset: `KVROUTE_STATUS_NO_POD_IN_SUBSET` counts here too).
     pub no_ready_pod: u64,
     /// Times prefix-cache's imbalance guard fired.
     pub imbalance_events: u64,
@@ -147,6 +160,12 @@ pub struct kvroute_stats {
     /// prefix-cache decisions by the chosen pod's match percent, in AIBrix's buckets
     /// `0`, `1-25`, `26-50`, `51-75`, `76-100`.
     pub decisions_by_match_bucket: [u64; 5],
+    /// Completions accepted with `KVROUTE_OUTCOME_CONNECT_FAILED`.
+    pub completed_connect_failed: u64,
+    /// Completions accepted with `KVROUTE_OUTCOME_RESET`.
+    pub completed_reset: u64,
+    /// Completions accepted with `KVROUTE_OUTCOME_TIMEOUT`.
+    pub completed_timeout: u64,
 }
 
 impl From<&RouterStats> for kvroute_stats {
@@ -175,6 +194,9 @@ impl From<&RouterStats> for kvroute_stats {
                 Outcome::Success => out.completed_success = n,
                 Outcome::Cancelled => out.completed_cancelled = n,
                 Outcome::Failed => out.completed_failed = n,
+                Outcome::ConnectFailed => out.completed_connect_failed = n,
+                Outcome::Reset => out.completed_reset = n,
+                Outcome::Timeout => out.completed_timeout = n,
             }
         }
         for m in &s.models {

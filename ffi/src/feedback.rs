@@ -1,12 +1,14 @@
 //! What the router learns from: completion timings, engine metrics and pod capacity (the
-//! inputs of the `least-ttft` strategy's time-to-first-token model).
+//! inputs of the `least-ttft` strategy's time-to-first-token model), and pod health
+//! (completion outcomes and active health checks).
 
 use std::ptr;
 
 use kvroute_core::{Completion, EngineSnapshot, PodId, Ticket, Timestamp, Timings};
 
+use crate::handle;
 use crate::router::{kvroute_pod_id, kvroute_router, kvroute_ticket};
-use crate::status::{kvroute_outcome, kvroute_status};
+use crate::status::{kvroute_health_event, kvroute_outcome, kvroute_status};
 
 /// `kvroute_timings.known`: `first_token_ms` is set.
 pub const KVROUTE_TIMING_FIRST_TOKEN_MS: u32 = 1 << 0;
@@ -80,15 +82,79 @@ pub extern "C" fn kvroute_router_complete_with_timings(
     timings: *const kvroute_timings,
     now_ms: u64,
 ) -> kvroute_status {
+    // The event call has its own panic boundary.
+    kvroute_router_complete_with_event(router, ticket, outcome, timings, now_ms, ptr::null_mut())
+}
+
+/// `kvroute_router_complete_with_timings()` that also says what the outcome changed in the
+/// pod's health: on success, when `event_out` is not NULL, `*event_out` is a
+/// `kvroute_health_event` (`KVROUTE_HEALTH_EVENT_NONE` when nothing changed;
+/// `_EJECTED` when this failure ejected the pod; `_EJECTION_SKIPPED` when it met an ejection
+/// rule but the model could not spare it; `_READMITTED` when it was the pod's successful
+/// probe). `timings` and `event_out` may each be NULL; nothing is written on error. A ticket
+/// whose pod was removed meanwhile gives `KVROUTE_HEALTH_EVENT_NONE`. Statuses as
+/// `kvroute_router_complete_with_timings()`.
+#[no_mangle]
+pub extern "C" fn kvroute_router_complete_with_event(
+    router: *mut kvroute_router,
+    ticket: kvroute_ticket,
+    outcome: u32,
+    timings: *const kvroute_timings,
+    now_ms: u64,
+    event_out: *mut u32,
+) -> kvroute_status {
     ffi_panic_boundary! {
         let r = try_ref!(router);
+        let event_out = opt_out!(event_out);
         let outcome = try_status!(kvroute_outcome::from_u32(outcome));
         let timings = match opt_plain_ref!(timings) {
             Some(t) => try_status!(t.to_core()),
             None => Timings::default(),
         };
         let completion = Completion { outcome, timings };
-        try_status!(r.complete(Ticket::from_u64(ticket), completion, now_ms));
+        let event = try_status!(r.complete(Ticket::from_u64(ticket), completion, now_ms));
+        if let Some(out) = event_out {
+            handle::set_out(out, kvroute_health_event::from(event) as u32);
+        }
+        kvroute_status::Ok
+    }
+}
+
+/// Reports an active health check of the pod (the caller's `GET /health` or metrics scrape of
+/// its engine) that `passed` or failed at `now_ms`. `unhealthy_threshold` failed checks in a
+/// row (default 3) take the pod out of service (`KVROUTE_HEALTH_EVENT_CHECKS_FAILING`: routes
+/// skip it and count it in `kvroute_decision.excluded`); `healthy_threshold` passed checks in a
+/// row (default 1) bring it back (`_CHECKS_PASSING`). A passed check also ends an ejection for
+/// gateway failures when a check failed since the ejection began (the pod went down and came
+/// back: `_READMITTED`); it never ends an ejection for upstream errors (5xx), which is what
+/// outcome-based ejection is for.
+///
+/// On success, when `event_out` is not NULL, `*event_out` is the `kvroute_health_event` the
+/// check caused (`KVROUTE_HEALTH_EVENT_NONE` when nothing changed). `event_out` may be NULL.
+/// Returns `KVROUTE_STATUS_UNKNOWN_POD` for an id never issued or removed,
+/// `KVROUTE_STATUS_NULL_PARAMETER` for a NULL router, `KVROUTE_STATUS_POISONED`; nothing is
+/// written or changed on error.
+#[no_mangle]
+pub extern "C" fn kvroute_router_report_health_check(
+    router: *mut kvroute_router,
+    pod: kvroute_pod_id,
+    passed: bool,
+    now_ms: u64,
+    event_out: *mut u32,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let event_out = opt_out!(event_out);
+        let mut locked = try_status!(r.lock());
+        let event = try_status!(locked.router.report_health_check(
+            PodId::from_u32(pod),
+            passed,
+            Timestamp::from_millis(now_ms),
+        ));
+        drop(locked);
+        if let Some(out) = event_out {
+            handle::set_out(out, kvroute_health_event::from(event) as u32);
+        }
         kvroute_status::Ok
     }
 }

@@ -18,6 +18,7 @@
 //! matching `_new`/`_build` and was not freed; a non-NULL data pointer is valid for `len` bytes
 //! for the duration of the call; an out-pointer is valid for writes of its type.
 
+use std::ffi::{c_char, CStr};
 use std::mem::MaybeUninit;
 use std::sync::Arc;
 
@@ -142,6 +143,46 @@ pub(crate) unsafe fn slice_from_ptr<'a>(
     Ok(unsafe { std::slice::from_raw_parts(data, len) })
 }
 
+/// Borrows an optional input array of `len` elements: `(NULL, 0)` is `None` (no array),
+/// `(NULL, n > 0)` is `NULL_PARAMETER`, and a non-NULL pointer is an array, possibly empty.
+///
+/// # Safety
+/// A non-NULL `data` is valid for reads of `len` elements of `T` for `'a`, suitably aligned,
+/// and not written meanwhile.
+pub(crate) unsafe fn opt_array_from_ptr<'a, T>(
+    data: *const T,
+    len: usize,
+) -> Result<Option<&'a [T]>, kvroute_status> {
+    if data.is_null() {
+        return if len == 0 {
+            Ok(None)
+        } else {
+            Err(kvroute_status::NullParameter)
+        };
+    }
+    if len
+        .checked_mul(size_of::<T>())
+        .is_none_or(|bytes| bytes > isize::MAX as usize)
+    {
+        return Err(kvroute_status::InvalidParameter);
+    }
+    // SAFETY: per the contract; the byte length fits `isize`.
+    Ok(Some(unsafe { std::slice::from_raw_parts(data, len) }))
+}
+
+/// Borrows the bytes of a NUL-terminated C string, without the NUL. NULL is `NULL_PARAMETER`.
+///
+/// # Safety
+/// A non-NULL `s` points at a NUL-terminated string valid for reads for `'a` and not written
+/// meanwhile.
+pub(crate) unsafe fn cstr_from_ptr<'a>(s: *const c_char) -> Result<&'a [u8], kvroute_status> {
+    if s.is_null() {
+        return Err(kvroute_status::NullParameter);
+    }
+    // SAFETY: per the contract.
+    Ok(unsafe { CStr::from_ptr(s) }.to_bytes())
+}
+
 /// Borrows an output buffer of `len` elements, possibly uninitialised. `(NULL, 0)` is an empty
 /// buffer (a size query); `(NULL, n > 0)` is `NULL_PARAMETER`.
 ///
@@ -245,6 +286,28 @@ macro_rules! try_slice {
 macro_rules! try_out_slice {
     ( $buf:expr, $len:expr ) => {
         try_status!(unsafe { $crate::handle::out_slice_from_ptr($buf, $len) })
+    };
+}
+
+/// `Option<&[T]>` from an optional input array `(data, len)` (`(NULL, 0)`: `None`), or return
+/// `NULL_PARAMETER`.
+macro_rules! try_opt_array {
+    ( $data:expr, $len:expr ) => {
+        try_status!(unsafe { $crate::handle::opt_array_from_ptr($data, $len) })
+    };
+}
+
+/// `&[u8]` from a NUL-terminated C string (without the NUL), or return `NULL_PARAMETER`.
+macro_rules! try_cstr {
+    ( $s:expr ) => {
+        try_status!(unsafe { $crate::handle::cstr_from_ptr($s) })
+    };
+}
+
+/// `Option<&mut MaybeUninit<T>>` from an optional out-pointer; NULL is `None`.
+macro_rules! opt_out {
+    ( $out:expr ) => {
+        unsafe { $crate::handle::out_from_ptr($out) }.ok()
     };
 }
 

@@ -1,15 +1,16 @@
 //! Pods of a `kvroute_router`: add, update, remove, list, inspect.
 
-use kvroute_core::{PodId, PodInfo, PodSpec};
+use kvroute_core::{EjectionReason, PodId, PodInfo, PodSpec, Timestamp};
 
 use crate::bytes;
 use crate::handle;
 use crate::router::{kvroute_pod_id, kvroute_router};
 use crate::status::kvroute_status;
 
-/// One pod as the router sees it, read by `kvroute_router_pod_info()`. The layout is frozen.
+/// One pod as the router sees it, read by `kvroute_router_pod_info()`. Fields are never moved
+/// or removed; new ones are appended at the end (the health fields after `ready`).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct kvroute_pod_info {
     /// Requests routed to the pod since it was added.
     pub routed: u64,
@@ -19,8 +20,27 @@ pub struct kvroute_pod_info {
     pub in_flight: u32,
     /// How many models it serves.
     pub models: u32,
-    /// Whether it may receive new requests.
+    /// Whether it may receive new requests (as set by `kvroute_router_add_pod()` and
+    /// `kvroute_router_set_pod_ready()`; its health is below).
     pub ready: bool,
+    /// Ejected by outlier detection and not yet back in service: waiting out its ejection
+    /// (`ejected_until_ms`), or probing.
+    pub ejected: bool,
+    /// Its ejection time is over and it takes one probe request at a time, whose outcome
+    /// decides whether it is back in service (`ejected` is still set).
+    pub probing: bool,
+    /// Its active checks are failing (`kvroute_router_report_health_check()`): out of service
+    /// until they pass again.
+    pub checks_failing: bool,
+    /// While it waits out an ejection, when that ends on the caller's clock (ms); 0 otherwise
+    /// (in service, or probing).
+    pub ejected_until_ms: u64,
+    /// Times it was ejected for consecutive upstream errors (`consecutive_5xx`), kept when the
+    /// pod is removed and added again under its name.
+    pub ejections_5xx: u64,
+    /// Times it was ejected for consecutive gateway failures (connect failures, resets,
+    /// timeouts), kept likewise.
+    pub ejections_gateway: u64,
 }
 
 impl From<&PodInfo> for kvroute_pod_info {
@@ -31,8 +51,23 @@ impl From<&PodInfo> for kvroute_pod_info {
             in_flight: p.in_flight,
             models: u32::try_from(p.models.len()).unwrap_or(u32::MAX),
             ready: p.ready,
+            ejected: p.health.ejected,
+            probing: p.health.probing,
+            checks_failing: p.health.checks_failing,
+            ejected_until_ms: p.health.ejected_until.map_or(0, Timestamp::as_millis),
+            ejections_5xx: ejections(p, EjectionReason::Consecutive5xx),
+            ejections_gateway: ejections(p, EjectionReason::ConsecutiveGatewayFailure),
         }
     }
+}
+
+/// The pod's ejections for `reason` (`PodHealth::ejections` is in `EjectionReason::ALL` order).
+fn ejections(p: &PodInfo, reason: EjectionReason) -> u64 {
+    EjectionReason::ALL
+        .iter()
+        .zip(p.health.ejections)
+        .find_map(|(r, n)| (*r == reason).then_some(n))
+        .unwrap_or(0)
 }
 
 /// Makes the pod named `name` serve `model`: creates the pod if no live pod has that name,

@@ -1,10 +1,12 @@
 //! `kvroute_router`: the thread-safe router handle, routing, completion and timers.
 
 use std::collections::BTreeMap;
+use std::ffi::c_char;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kvroute_core::{
-    Completion, Decision, HashConfig, RouteRequest, Router, StrategySpec, Ticket, Timestamp,
+    Completion, Decision, HashConfig, HealthEvent, RouteRequest, Router, StrategySpec, Ticket,
+    Timestamp,
 };
 use parking_lot::{Mutex, MutexGuard};
 
@@ -12,7 +14,7 @@ use crate::config::kvroute_config;
 use crate::decision::kvroute_decision;
 use crate::handle::{self, Castable, OwnershipBox};
 use crate::prompt;
-use crate::status::{kvroute_outcome, kvroute_status};
+use crate::status::kvroute_status;
 
 /// A pod id, issued by `kvroute_router_add_pod()` / `kvroute_router_upsert_pod()`. Ids are never
 /// reused: a pod removed and added again under the same name gets a new id.
@@ -118,29 +120,29 @@ impl RouterHandle {
         }
     }
 
-    /// Completes a ticket and forgets its explanation.
+    /// Completes a ticket and forgets its explanation; returns what the outcome changed in the
+    /// pod's health.
     pub(crate) fn complete(
         &self,
         ticket: Ticket,
         completion: Completion,
         now_ms: u64,
-    ) -> Result<(), kvroute_status> {
+    ) -> Result<Option<HealthEvent>, kvroute_status> {
         let mut locked = self.lock()?;
         locked.decisions.remove(&ticket.as_u64());
-        locked
-            .router
-            .complete(ticket, completion, Timestamp::from_millis(now_ms))?;
-        Ok(())
+        let now = Timestamp::from_millis(now_ms);
+        Ok(locked.router.complete(ticket, completion, now)?.health)
     }
 
     /// Hashes `prompt`, parses `strategy` and routes (with the request's output-token limit,
-    /// if known), locking only for the routing itself.
+    /// if known, and its endpoint subset, if any), locking only for the routing itself.
     fn route(
         &self,
         model: &str,
         prompt: &[u8],
         strategy: Option<&str>,
         max_output_tokens: Option<u32>,
+        endpoint_subset: Option<&[&str]>,
         now_ms: u64,
     ) -> Result<kvroute_decision, kvroute_status> {
         self.check()?;
@@ -149,6 +151,9 @@ impl RouterHandle {
         let mut req = RouteRequest::new(model, &hashes).with_max_output_tokens(max_output_tokens);
         if let Some(spec) = &spec {
             req = req.with_strategy(spec);
+        }
+        if let Some(subset) = endpoint_subset {
+            req = req.with_endpoint_subset(subset);
         }
         let mut locked = self.lock()?;
         let decision = locked.router.route(req, Timestamp::from_millis(now_ms))?;
@@ -166,6 +171,24 @@ macro_rules! try_opt_str {
             None
         } else {
             Some(s)
+        }
+    }};
+}
+
+/// The addresses of an optional endpoint subset given as `(const char *const *subset, size_t
+/// len)`: `None` for `(NULL, 0)`, else a `Vec<&str>` (every entry non-NULL, NUL-terminated
+/// UTF-8), or a status returned from the enclosing function.
+macro_rules! try_subset {
+    ( $data:expr, $len:expr ) => {{
+        match try_opt_array!($data, $len) {
+            None => None,
+            Some(entries) => {
+                let mut addresses: Vec<&str> = Vec::with_capacity(entries.len());
+                for &entry in entries {
+                    addresses.push(try_status!($crate::bytes::utf8(try_cstr!(entry))));
+                }
+                Some(addresses)
+            }
         }
     }};
 }
@@ -225,13 +248,59 @@ pub extern "C" fn kvroute_router_route(
     now_ms: u64,
     decision_out: *mut kvroute_decision,
 ) -> kvroute_status {
+    // The subset call has its own panic boundary.
+    kvroute_router_route_subset(
+        router,
+        model,
+        model_len,
+        prompt,
+        prompt_len,
+        strategy,
+        strategy_len,
+        std::ptr::null(),
+        0,
+        now_ms,
+        decision_out,
+    )
+}
+
+/// `kvroute_router_route()` restricted to an endpoint subset: only the model's pods whose
+/// `ip:port` address (as given to `kvroute_router_add_pod()`) is one of the
+/// `endpoint_subset_len` NUL-terminated UTF-8 strings at `endpoint_subset` are candidates (the
+/// Gateway API Inference Extension's subset hint, `x-gateway-destination-endpoint-subset`).
+/// Unlike the `(ptr, len)` strings elsewhere, the addresses are C strings; the array and the
+/// strings are borrowed for the call only.
+///
+/// `(NULL, 0)` is no subset: the call is `kvroute_router_route()`. `(NULL, n > 0)` or a NULL
+/// entry is `KVROUTE_STATUS_NULL_PARAMETER`, an entry that is not UTF-8
+/// `KVROUTE_STATUS_INVALID_UTF8`. When no pod of the model in the subset is ready and in
+/// service (an empty subset, addresses no pod of the model has, or only unready, ejected or
+/// failing pods), the status is `KVROUTE_STATUS_NO_POD_IN_SUBSET` (503) instead of
+/// `KVROUTE_STATUS_NO_READY_POD`; an unknown model is still `KVROUTE_STATUS_UNKNOWN_MODEL`.
+/// Everything else is as in `kvroute_router_route()`.
+#[no_mangle]
+pub extern "C" fn kvroute_router_route_subset(
+    router: *mut kvroute_router,
+    model: *const u8,
+    model_len: usize,
+    prompt: *const u8,
+    prompt_len: usize,
+    strategy: *const u8,
+    strategy_len: usize,
+    endpoint_subset: *const *const c_char,
+    endpoint_subset_len: usize,
+    now_ms: u64,
+    decision_out: *mut kvroute_decision,
+) -> kvroute_status {
     ffi_panic_boundary! {
         let r = try_ref!(router);
         let out = try_out!(decision_out);
         let model = try_str!(model, model_len);
         let prompt = try_slice!(prompt, prompt_len);
         let strategy = try_opt_str!(strategy, strategy_len);
-        handle::set_out(out, try_status!(r.route(model, prompt, strategy, None, now_ms)));
+        let subset = try_subset!(endpoint_subset, endpoint_subset_len);
+        let decision = try_status!(r.route(model, prompt, strategy, None, subset.as_deref(), now_ms));
+        handle::set_out(out, decision);
         kvroute_status::Ok
     }
 }
@@ -259,12 +328,45 @@ pub extern "C" fn kvroute_router_route_json(
     now_ms: u64,
     decision_out: *mut kvroute_decision,
 ) -> kvroute_status {
+    // The subset call has its own panic boundary.
+    kvroute_router_route_json_subset(
+        router,
+        model,
+        model_len,
+        body,
+        body_len,
+        strategy,
+        strategy_len,
+        std::ptr::null(),
+        0,
+        now_ms,
+        decision_out,
+    )
+}
+
+/// `kvroute_router_route_json()` restricted to an endpoint subset, with the subset's rules and
+/// statuses as in `kvroute_router_route_subset()`.
+#[no_mangle]
+pub extern "C" fn kvroute_router_route_json_subset(
+    router: *mut kvroute_router,
+    model: *const u8,
+    model_len: usize,
+    body: *const u8,
+    body_len: usize,
+    strategy: *const u8,
+    strategy_len: usize,
+    endpoint_subset: *const *const c_char,
+    endpoint_subset_len: usize,
+    now_ms: u64,
+    decision_out: *mut kvroute_decision,
+) -> kvroute_status {
     ffi_panic_boundary! {
         let r = try_ref!(router);
         let out = try_out!(decision_out);
         let model = try_opt_str!(model, model_len);
         let body = try_slice!(body, body_len);
         let strategy = try_opt_str!(strategy, strategy_len);
+        let subset = try_subset!(endpoint_subset, endpoint_subset_len);
         try_status!(r.check());
         let parsed = try_status!(prompt::extract(body));
         let model = match (model, parsed.model.as_deref()) {
@@ -273,19 +375,23 @@ pub extern "C" fn kvroute_router_route_json(
         };
         let prompt = parsed.prompt.as_bytes();
         let limit = parsed.max_output_tokens;
-        handle::set_out(out, try_status!(r.route(model, prompt, strategy, limit, now_ms)));
+        let decision = try_status!(r.route(model, prompt, strategy, limit, subset.as_deref(), now_ms));
+        handle::set_out(out, decision);
         kvroute_status::Ok
     }
 }
 
 /// Releases a ticket's in-flight slot: call it exactly once per successful route, when the
-/// response ends, with how it ended (`KVROUTE_OUTCOME_SUCCESS`, `_CANCELLED` or `_FAILED`, as
-/// a `uint32_t`) and the caller's clock.
+/// response ends, with how it ended (a `kvroute_outcome` as a `uint32_t`:
+/// `KVROUTE_OUTCOME_SUCCESS`, `_CANCELLED`, `_FAILED`, `_CONNECT_FAILED`, `_RESET` or
+/// `_TIMEOUT`) and the caller's clock. The outcome feeds the pod's health (see
+/// `kvroute_outcome`): a cancel never counts against the pod, failures in a row eject it as the
+/// health settings say. `kvroute_router_complete_with_event()` also says what changed.
 ///
 /// Returns `KVROUTE_STATUS_UNKNOWN_TICKET` for a ticket this router never issued,
 /// `KVROUTE_STATUS_TICKET_NOT_OPEN` for one already completed or expired (nothing changes in
-/// either case), `KVROUTE_STATUS_INVALID_PARAMETER` for an unknown outcome. Completing a ticket
-/// whose pod was removed meanwhile succeeds.
+/// either case), `KVROUTE_STATUS_INVALID_PARAMETER` for an unknown outcome number. Completing a
+/// ticket whose pod was removed meanwhile succeeds (and changes no pod's health).
 #[no_mangle]
 pub extern "C" fn kvroute_router_complete(
     router: *mut kvroute_router,
@@ -293,17 +399,22 @@ pub extern "C" fn kvroute_router_complete(
     outcome: u32,
     now_ms: u64,
 ) -> kvroute_status {
-    ffi_panic_boundary! {
-        let r = try_ref!(router);
-        let outcome = try_status!(kvroute_outcome::from_u32(outcome));
-        try_status!(r.complete(Ticket::from_u64(ticket), Completion::new(outcome), now_ms));
-        kvroute_status::Ok
-    }
+    // The event call has its own panic boundary.
+    crate::feedback::kvroute_router_complete_with_event(
+        router,
+        ticket,
+        outcome,
+        std::ptr::null(),
+        now_ms,
+        std::ptr::null_mut(),
+    )
 }
 
-/// Does the time-driven work due at `now_ms`: drops prefix-index entries past their TTL and
-/// expires tickets older than the ticket TTL (releasing their in-flight slots). Call it when
-/// `kvroute_router_next_deadline()` says, or periodically; calling it early is harmless.
+/// Does the time-driven work due at `now_ms`: drops prefix-index entries past their TTL,
+/// expires tickets older than the ticket TTL (releasing their in-flight slots; an expired probe
+/// lets the next request probe), and moves pods whose ejection is over to probing. Call it when
+/// `kvroute_router_next_deadline()` says, or periodically; calling it early is harmless. (A pod
+/// whose ejection is over takes its probe request even before the tick.)
 #[no_mangle]
 pub extern "C" fn kvroute_router_tick(router: *mut kvroute_router, now_ms: u64) -> kvroute_status {
     ffi_panic_boundary! {
@@ -316,10 +427,11 @@ pub extern "C" fn kvroute_router_tick(router: *mut kvroute_router, now_ms: u64) 
     }
 }
 
-/// When `kvroute_router_tick()` next has work. On success `*has_deadline_out` says whether
-/// there is any, and `*deadline_ms_out` is that time on the caller's clock (0 when there is
-/// none). Re-read it after every route, complete, tick or pod removal: routing can move it
-/// earlier.
+/// When `kvroute_router_tick()` next has work (an index or ticket expiry, or the end of a pod's
+/// ejection). On success `*has_deadline_out` says whether there is any, and `*deadline_ms_out`
+/// is that time on the caller's clock (0 when there is none). Re-read it after every route,
+/// complete, tick or pod removal: routing can move it earlier (and a completion can eject a
+/// pod).
 #[no_mangle]
 pub extern "C" fn kvroute_router_next_deadline(
     router: *const kvroute_router,

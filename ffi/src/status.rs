@@ -6,7 +6,8 @@
 use std::ffi::c_char;
 
 use kvroute_core::{
-    ConfigError, Outcome, Reason, RegistryError, RouteError, StrategyError, TicketError,
+    ConfigError, HealthEvent, Outcome, Reason, RegistryError, RouteError, StrategyError,
+    TicketError,
 };
 
 /// The result of every fallible `kvroute_` function. `KVROUTE_STATUS_OK` (0) is success; every
@@ -31,7 +32,8 @@ pub enum kvroute_status {
     InsufficientSize = 4,
     /// No pod serves the requested model (AIBrix answers 400 `model_not_found`).
     UnknownModel = 5,
-    /// The model is known but none of its pods is ready (AIBrix answers 503).
+    /// The model is known but none of its pods is ready and in service (not ejected, active
+    /// checks not failing) (AIBrix answers 503).
     NoReadyPod = 6,
     /// The pod id was never issued, or the pod was removed; or no live pod has that name.
     UnknownPod = 7,
@@ -49,8 +51,15 @@ pub enum kvroute_status {
     EmptyName = 12,
     /// The request body is not JSON, or its `messages` / `prompt` field has the wrong type.
     InvalidBody = 13,
-    /// The configuration is invalid (zero capacity or TTL, bad block size, bad σ factor).
+    /// The configuration is invalid (zero capacity or TTL, bad block size, bad σ factor, a zero
+    /// base ejection time or an ejection percentage over 100).
     InvalidConfig = 14,
+    /// The request named an endpoint subset (`kvroute_router_route_subset()`,
+    /// `kvroute_router_route_json_subset()`) and no pod of the model in it is ready and in
+    /// service: "no ready pod for model in the endpoint subset" (the Gateway API Inference
+    /// Extension answers 503). An empty subset, or one of addresses no pod of the model has,
+    /// gives it too.
+    NoPodInSubset = 15,
     /// The library panicked; the call had no effect unless it held the router lock, in which
     /// case the router is now poisoned. This is a bug in kvroute: please report it.
     Panic = 100,
@@ -61,7 +70,7 @@ pub enum kvroute_status {
 
 impl kvroute_status {
     /// Every status, in number order.
-    pub const ALL: [kvroute_status; 17] = [
+    pub const ALL: [kvroute_status; 18] = [
         kvroute_status::Ok,
         kvroute_status::NullParameter,
         kvroute_status::InvalidParameter,
@@ -77,6 +86,7 @@ impl kvroute_status {
         kvroute_status::EmptyName,
         kvroute_status::InvalidBody,
         kvroute_status::InvalidConfig,
+        kvroute_status::NoPodInSubset,
         kvroute_status::Panic,
         kvroute_status::Poisoned,
     ];
@@ -104,6 +114,7 @@ impl kvroute_status {
             kvroute_status::EmptyName => "KVROUTE_STATUS_EMPTY_NAME\0",
             kvroute_status::InvalidBody => "KVROUTE_STATUS_INVALID_BODY\0",
             kvroute_status::InvalidConfig => "KVROUTE_STATUS_INVALID_CONFIG\0",
+            kvroute_status::NoPodInSubset => "KVROUTE_STATUS_NO_POD_IN_SUBSET\0",
             kvroute_status::Panic => "KVROUTE_STATUS_PANIC\0",
             kvroute_status::Poisoned => "KVROUTE_STATUS_POISONED\0",
         }
@@ -120,6 +131,7 @@ impl From<RouteError> for kvroute_status {
         match e {
             RouteError::UnknownModel => kvroute_status::UnknownModel,
             RouteError::NoReadyPod => kvroute_status::NoReadyPod,
+            RouteError::NoPodInSubset => kvroute_status::NoPodInSubset,
             _ => kvroute_status::InvalidParameter,
         }
     }
@@ -242,26 +254,135 @@ impl From<Reason> for kvroute_reason {
     }
 }
 
-/// How a request ended, passed to `kvroute_router_complete()` as a `uint32_t`.
+/// How a request ended, passed to `kvroute_router_complete()` and its variants as a
+/// `uint32_t`. The outcome also feeds the pod's health (outlier detection, modelled on Envoy's):
+/// `KVROUTE_OUTCOME_FAILED`, `_CONNECT_FAILED`, `_RESET` and `_TIMEOUT` are upstream errors, and
+/// `kvroute_config_builder_set_consecutive_5xx()` of them in a row eject the pod (default 5);
+/// `_CONNECT_FAILED`, `_RESET` and `_TIMEOUT` are also gateway failures, and
+/// `kvroute_config_builder_set_consecutive_gateway_failures()` of those in a row eject it
+/// (default 3). A success resets both counts; a cancel never counts against the pod. An ejected
+/// pod gets no requests until its ejection time is over, then one probe request at a time: the
+/// probe's success readmits it, its failure ejects it again for longer.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum kvroute_outcome {
-    /// The response finished normally.
+    /// The response finished normally (a client error such as a 4xx counts as success: the pod
+    /// worked). Resets the pod's error counts; the success of a probe readmits the pod.
     Success = 0,
-    /// The client went away or the stream was reset before the response finished.
+    /// The client went away before the response finished. Says nothing about the pod: counts
+    /// neither for nor against it (a cancelled probe lets the next request probe).
     Cancelled = 1,
-    /// The upstream answered with an error or could not be reached.
+    /// The upstream answered with a server error (5xx), or failed in a way the caller cannot
+    /// tell apart. An upstream error.
     Failed = 2,
+    /// The pod could not be connected to (refused, unreachable, connect timeout). An upstream
+    /// error and a gateway failure.
+    ConnectFailed = 3,
+    /// The pod closed or reset the connection before the response ended. An upstream error and
+    /// a gateway failure.
+    Reset = 4,
+    /// The pod did not answer in time. An upstream error and a gateway failure.
+    Timeout = 5,
 }
 
 impl kvroute_outcome {
+    /// Every outcome, in number order (the core's `Outcome::ALL`).
+    pub(crate) const ALL: [kvroute_outcome; 6] = [
+        kvroute_outcome::Success,
+        kvroute_outcome::Cancelled,
+        kvroute_outcome::Failed,
+        kvroute_outcome::ConnectFailed,
+        kvroute_outcome::Reset,
+        kvroute_outcome::Timeout,
+    ];
+
+    /// The core outcome this code stands for.
+    pub const fn core(self) -> Outcome {
+        match self {
+            kvroute_outcome::Success => Outcome::Success,
+            kvroute_outcome::Cancelled => Outcome::Cancelled,
+            kvroute_outcome::Failed => Outcome::Failed,
+            kvroute_outcome::ConnectFailed => Outcome::ConnectFailed,
+            kvroute_outcome::Reset => Outcome::Reset,
+            kvroute_outcome::Timeout => Outcome::Timeout,
+        }
+    }
+
     /// The outcome with this number; unknown numbers are rejected (`INVALID_PARAMETER`).
     pub fn from_u32(n: u32) -> Result<Outcome, kvroute_status> {
-        match n {
-            0 => Ok(Outcome::Success),
-            1 => Ok(Outcome::Cancelled),
-            2 => Ok(Outcome::Failed),
-            _ => Err(kvroute_status::InvalidParameter),
+        Self::ALL
+            .into_iter()
+            .find(|o| *o as u32 == n)
+            .map(Self::core)
+            .ok_or(kvroute_status::InvalidParameter)
+    }
+}
+
+/// A change of a pod's health, written by `kvroute_router_report_health_check()` and
+/// `kvroute_router_complete_with_event()` to their `event_out` as a `uint32_t`, for logs and
+/// metrics. `kvroute_health_event_str()` names it. New events may be added: handle unknown
+/// values. `kvroute_router_pod_info()` shows the pod's state after the change.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum kvroute_health_event {
+    /// Nothing changed.
+    None = 0,
+    /// The pod was ejected: it gets no requests until `kvroute_pod_info.ejected_until_ms`, then
+    /// one probe request at a time.
+    Ejected = 1,
+    /// The pod met an ejection rule, but ejecting it would have taken more of a model's pods
+    /// out of service than `kvroute_config_builder_set_max_ejection_percent()` allows (or the
+    /// model's last pod in service): it stays in service.
+    EjectionSkipped = 2,
+    /// The pod is back in service: its probe succeeded, or (after an ejection for gateway
+    /// failures) an active check passed after one had failed.
+    Readmitted = 3,
+    /// Its active checks failed `unhealthy_threshold` times in a row: out of service until
+    /// they pass again.
+    ChecksFailing = 4,
+    /// Its active checks passed `healthy_threshold` times in a row: back in service unless
+    /// ejected.
+    ChecksPassing = 5,
+}
+
+impl kvroute_health_event {
+    /// Every event, in number order.
+    pub(crate) const ALL: [kvroute_health_event; 6] = [
+        kvroute_health_event::None,
+        kvroute_health_event::Ejected,
+        kvroute_health_event::EjectionSkipped,
+        kvroute_health_event::Readmitted,
+        kvroute_health_event::ChecksFailing,
+        kvroute_health_event::ChecksPassing,
+    ];
+
+    /// The label, NUL-terminated.
+    pub const fn label(self) -> &'static str {
+        match self {
+            kvroute_health_event::None => "none\0",
+            kvroute_health_event::Ejected => "ejected\0",
+            kvroute_health_event::EjectionSkipped => "ejection_skipped\0",
+            kvroute_health_event::Readmitted => "readmitted\0",
+            kvroute_health_event::ChecksFailing => "checks_failing\0",
+            kvroute_health_event::ChecksPassing => "checks_passing\0",
+        }
+    }
+
+    /// The label without its NUL terminator.
+    pub fn as_str(self) -> &'static str {
+        self.label().trim_end_matches('\0')
+    }
+}
+
+impl From<Option<HealthEvent>> for kvroute_health_event {
+    fn from(e: Option<HealthEvent>) -> Self {
+        match e {
+            None => kvroute_health_event::None,
+            Some(HealthEvent::Ejected { .. }) => kvroute_health_event::Ejected,
+            Some(HealthEvent::EjectionSkipped { .. }) => kvroute_health_event::EjectionSkipped,
+            Some(HealthEvent::Readmitted { .. }) => kvroute_health_event::Readmitted,
+            Some(HealthEvent::ChecksFailing) => kvroute_health_event::ChecksFailing,
+            Some(HealthEvent::ChecksPassing) => kvroute_health_event::ChecksPassing,
         }
     }
 }
@@ -291,6 +412,22 @@ pub extern "C" fn kvroute_reason_str(reason: u32) -> *const c_char {
             .into_iter()
             .find(|r| *r as u32 == reason)
             .map_or("unknown\0", kvroute_reason::label)
+            .as_ptr()
+            .cast()
+    }
+}
+
+/// The label of a health event (`kvroute_health_event`), e.g. `"ejected"`.
+///
+/// Returns a static NUL-terminated string that the caller must not free; an unknown number
+/// gives `"unknown"`. Never NULL.
+#[no_mangle]
+pub extern "C" fn kvroute_health_event_str(event: u32) -> *const c_char {
+    ffi_panic_boundary! {
+        kvroute_health_event::ALL
+            .into_iter()
+            .find(|e| *e as u32 == event)
+            .map_or("unknown\0", kvroute_health_event::label)
             .as_ptr()
             .cast()
     }
@@ -326,9 +463,31 @@ mod tests {
             kvroute_outcome::from_u32(kvroute_outcome::Failed as u32),
             Ok(Outcome::Failed)
         );
+        for (o, core) in kvroute_outcome::ALL.into_iter().zip(Outcome::ALL) {
+            assert_eq!(o.core(), core);
+            assert_eq!(o as usize, core.index(), "numbers are the core's positions");
+            assert_eq!(kvroute_outcome::from_u32(o as u32), Ok(core));
+        }
         assert_eq!(
-            kvroute_outcome::from_u32(3),
+            kvroute_outcome::from_u32(6),
             Err(kvroute_status::InvalidParameter)
         );
+        assert_eq!(
+            kvroute_outcome::from_u32(u32::MAX),
+            Err(kvroute_status::InvalidParameter)
+        );
+    }
+
+    #[test]
+    fn health_events_are_numbered_and_labelled() {
+        for (i, e) in kvroute_health_event::ALL.into_iter().enumerate() {
+            assert_eq!(e as usize, i);
+            assert!(e.label().ends_with('\0') && !e.as_str().is_empty());
+        }
+        assert_eq!(
+            kvroute_health_event::from(Some(HealthEvent::ChecksFailing)),
+            kvroute_health_event::ChecksFailing
+        );
+        assert_eq!(kvroute_health_event::from(None), kvroute_health_event::None);
     }
 }

@@ -636,3 +636,86 @@ fn route_json_passes_the_output_token_limit() {
         "not an integer: ignored"
     );
 }
+
+/// The health settings reach the router: with one gateway failure enough and a 100% cap, one
+/// connect failure ejects a pod for the configured time, and the completion says so.
+#[test]
+fn health_settings_reach_the_router_and_completions_report_events() {
+    let b = kvroute_config_builder_new();
+    assert_eq!(
+        kvroute_config_builder_set_strategy(b, b"least-request".as_ptr(), 13),
+        kvroute_status::Ok
+    );
+    for st in [
+        kvroute_config_builder_set_consecutive_gateway_failures(b, 1),
+        kvroute_config_builder_set_base_ejection_ms(b, 250),
+        kvroute_config_builder_set_max_ejection_percent(b, 100),
+    ] {
+        assert_eq!(st, kvroute_status::Ok);
+    }
+    assert_eq!(
+        kvroute_config_builder_set_base_ejection_ms(b, 0),
+        kvroute_status::InvalidParameter
+    );
+    assert_eq!(
+        kvroute_config_builder_set_max_ejection_percent(b, 101),
+        kvroute_status::InvalidParameter
+    );
+    let mut config = ptr::null();
+    assert_eq!(
+        kvroute_config_builder_build(b, &mut config),
+        kvroute_status::Ok
+    );
+    let mut r = ptr::null_mut();
+    assert_eq!(kvroute_router_new(config, &mut r), kvroute_status::Ok);
+    kvroute_config_free(config);
+    let pods = [
+        add(r, "a", "10.0.0.1:80"),
+        add(r, "b", "10.0.0.2:80"),
+        add(r, "c", "10.0.0.3:80"),
+    ];
+    let d = route(r, b"x", 1000).unwrap();
+    let mut event = u32::MAX;
+    assert_eq!(
+        kvroute_router_complete_with_event(
+            r,
+            d.ticket,
+            kvroute_outcome::ConnectFailed as u32,
+            ptr::null(),
+            1000,
+            &mut event
+        ),
+        kvroute_status::Ok
+    );
+    assert_eq!(event, kvroute_health_event::Ejected as u32);
+    let mut info = kvroute_pod_info::default();
+    assert_eq!(
+        kvroute_router_pod_info(r, d.pod, &mut info),
+        kvroute_status::Ok
+    );
+    assert!(info.ejected && !info.probing && info.ejected_until_ms == 1250);
+    assert_eq!((info.ejections_5xx, info.ejections_gateway), (0, 1));
+    // A second pod may go too (100%), but never the last one in service.
+    let rest: Vec<_> = pods.iter().copied().filter(|p| *p != d.pod).collect();
+    let mut events = Vec::new();
+    for now in 1001..1003 {
+        let e = route(r, b"x", now).unwrap();
+        assert_eq!(
+            (e.excluded, rest.contains(&e.pod)),
+            (now as u32 - 1000, true)
+        );
+        assert_eq!(
+            kvroute_router_complete_with_event(r, e.ticket, 4, ptr::null(), now, &mut event),
+            kvroute_status::Ok
+        );
+        events.push(event);
+    }
+    assert_eq!(
+        events,
+        [
+            kvroute_health_event::Ejected as u32,
+            kvroute_health_event::EjectionSkipped as u32
+        ]
+    );
+    kvroute_router_free(r);
+}

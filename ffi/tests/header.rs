@@ -31,6 +31,7 @@ fn config() -> cbindgen::Config {
         "kvroute_status".into(),
         "kvroute_reason".into(),
         "kvroute_outcome".into(),
+        "kvroute_health_event".into(),
     ];
     c
 }

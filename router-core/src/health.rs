@@ -451,6 +451,13 @@ impl Health {
         }
     }
 
+    /// Starts the failure counts over (after an ejection the caps forbade: the next one is
+    /// considered after as many failures again, not at every failure).
+    pub(crate) fn reset_counts(&mut self) {
+        self.consecutive_errors = 0;
+        self.consecutive_gateway = 0;
+    }
+
     /// Puts the pod back in service at `now`.
     pub(crate) fn readmit(&mut self, by: Readmission, now: Timestamp) -> HealthEvent {
         self.state = State::InService;

@@ -811,6 +811,7 @@ impl Router {
                     let health = &mut self.registry.pods[pod.index()].health;
                     Some(health.eject(reason, now, &cfg))
                 } else {
+                    self.registry.pods[pod.index()].health.reset_counts();
                     Some(HealthEvent::EjectionSkipped { reason })
                 }
             }

@@ -140,8 +140,13 @@ int main(int argc, char **argv) {
         CHECK(y < n_routes && routed[y]);
         t = tickets[y];
       }
-      kvroute_status st = kvroute_router_complete(router, t, outcome, x);
-      printf("%s %llu %s\n", cmd, y, kvroute_status_str(st));
+      uint32_t event = KVROUTE_HEALTH_EVENT_NONE;
+      kvroute_status st = kvroute_router_complete_with_event(router, t, outcome, NULL, x, &event);
+      if (event != KVROUTE_HEALTH_EVENT_NONE) {
+        printf("%s %llu %s health=%s\n", cmd, y, kvroute_status_str(st), kvroute_health_event_str(event));
+      } else {
+        printf("%s %llu %s\n", cmd, y, kvroute_status_str(st));
+      }
     } else if (strcmp(cmd, "tick") == 0) {
       CHECK(sscanf(line, "tick %llu", &x) == 1);
       CHECK_STATUS(kvroute_router_tick(router, x), KVROUTE_STATUS_OK);
@@ -182,6 +187,21 @@ int main(int argc, char **argv) {
       CHECK(sscanf(line, "capacity %127s %u", a, &n) == 2);
       CHECK_STATUS(kvroute_router_set_pod_capacity(router, pod_by_name(a), n), KVROUTE_STATUS_OK);
       printf("capacity %s %u\n", a, n);
+    } else if (strcmp(cmd, "check") == 0) {
+      int passed;
+      CHECK(sscanf(line, "check %llu %127s %d", &x, a, &passed) == 3);
+      uint32_t event = 77;
+      CHECK_STATUS(kvroute_router_report_health_check(router, pod_by_name(a), passed != 0, x, &event),
+                   KVROUTE_STATUS_OK);
+      printf("check %s %d %s\n", a, passed, kvroute_health_event_str(event));
+    } else if (strcmp(cmd, "health") == 0) {
+      CHECK(sscanf(line, "health %127s", a) == 1);
+      kvroute_pod_info info;
+      CHECK_STATUS(kvroute_router_pod_info(router, pod_by_name(a), &info), KVROUTE_STATUS_OK);
+      printf("health %s ejected=%d probing=%d until=%llu checks_failing=%d ejections=%llu/%llu\n", a,
+             info.ejected ? 1 : 0, info.probing ? 1 : 0, (unsigned long long)info.ejected_until_ms,
+             info.checks_failing ? 1 : 0, (unsigned long long)info.ejections_5xx,
+             (unsigned long long)info.ejections_gateway);
     } else {
       fprintf(stderr, "unknown command %s\n", cmd);
       return 2;
@@ -192,12 +212,14 @@ int main(int argc, char **argv) {
   kvroute_stats s;
   CHECK_STATUS(kvroute_router_stats(router, &s), KVROUTE_STATUS_OK);
   printf("stats pods=%llu ready=%llu models=%llu in_flight=%llu open=%llu issued=%llu ok=%llu cancelled=%llu "
-         "failed=%llu expired=%llu orphaned=%llu rejected=%llu blocks=%llu unknown_model=%llu no_ready=%llu "
-         "imbalance=%llu reasons=[",
+         "failed=%llu connect_failed=%llu reset=%llu timeout=%llu expired=%llu orphaned=%llu rejected=%llu "
+         "blocks=%llu unknown_model=%llu no_ready=%llu imbalance=%llu reasons=[",
          (unsigned long long)s.pods, (unsigned long long)s.ready_pods, (unsigned long long)s.models,
          (unsigned long long)s.in_flight, (unsigned long long)s.tickets_open, (unsigned long long)s.tickets_issued,
          (unsigned long long)s.completed_success, (unsigned long long)s.completed_cancelled,
-         (unsigned long long)s.completed_failed, (unsigned long long)s.tickets_expired,
+         (unsigned long long)s.completed_failed, (unsigned long long)s.completed_connect_failed,
+         (unsigned long long)s.completed_reset, (unsigned long long)s.completed_timeout,
+         (unsigned long long)s.tickets_expired,
          (unsigned long long)s.tickets_orphaned, (unsigned long long)s.tickets_rejected,
          (unsigned long long)s.index_blocks, (unsigned long long)s.unknown_model, (unsigned long long)s.no_ready_pod,
          (unsigned long long)s.imbalance_events);

@@ -1,5 +1,6 @@
 /* The C API's contract, from C: lifecycle, every status path, outputs only on success, the
- * version macros against the linked library, prompt extraction and the golden hash vectors.
+ * version macros against the linked library, pod health (outcomes, ejection and probing,
+ * active checks), endpoint subsets, prompt extraction and the golden hash vectors.
  *
  * Usage: test_api VECTORS_JSON   (tests/vectors/prefix_hash_v1.json) */
 #include <inttypes.h>
@@ -12,6 +13,19 @@
 /* Input struct layouts are frozen (no padding before `known`). */
 _Static_assert(sizeof(kvroute_engine_timing) == 40 && offsetof(kvroute_engine_timing, known) == 32,
                "kvroute_engine_timing layout");
+/* Output structs only grow at their end: the fields that came with pod health follow the old
+ * ones, whose offsets are unchanged. */
+_Static_assert(offsetof(kvroute_decision, imbalance) == 52 && offsetof(kvroute_decision, excluded) == 56 &&
+                   offsetof(kvroute_decision, health_probe) == 60 && sizeof(kvroute_decision) == 64,
+               "kvroute_decision layout");
+_Static_assert(offsetof(kvroute_pod_info, ready) == 20 && offsetof(kvroute_pod_info, ejected) == 21 &&
+                   offsetof(kvroute_pod_info, ejected_until_ms) == 24 &&
+                   offsetof(kvroute_pod_info, ejections_gateway) == 40 && sizeof(kvroute_pod_info) == 48,
+               "kvroute_pod_info layout");
+_Static_assert(offsetof(kvroute_stats, decisions_by_match_bucket) == 296 &&
+                   offsetof(kvroute_stats, completed_connect_failed) == 336 &&
+                   offsetof(kvroute_stats, completed_timeout) == 352 && sizeof(kvroute_stats) == 360,
+               "kvroute_stats layout");
 
 static kvroute_router *new_router(uint64_t seed, const char *strategy) {
   kvroute_config_builder *b = kvroute_config_builder_new();
@@ -45,6 +59,14 @@ static void test_status_strings(void) {
   CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_LEAST_REQUEST_FALLBACK), "least_request_fallback") == 0);
   CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_LEAST_TTFT_PROBE), "least_ttft_probe") == 0);
   CHECK(strcmp(kvroute_reason_str(999), "unknown") == 0);
+  CHECK(strcmp(kvroute_status_str(KVROUTE_STATUS_NO_POD_IN_SUBSET), "KVROUTE_STATUS_NO_POD_IN_SUBSET") == 0);
+  CHECK(strcmp(kvroute_health_event_str(KVROUTE_HEALTH_EVENT_NONE), "none") == 0);
+  CHECK(strcmp(kvroute_health_event_str(KVROUTE_HEALTH_EVENT_EJECTED), "ejected") == 0);
+  CHECK(strcmp(kvroute_health_event_str(KVROUTE_HEALTH_EVENT_EJECTION_SKIPPED), "ejection_skipped") == 0);
+  CHECK(strcmp(kvroute_health_event_str(KVROUTE_HEALTH_EVENT_READMITTED), "readmitted") == 0);
+  CHECK(strcmp(kvroute_health_event_str(KVROUTE_HEALTH_EVENT_CHECKS_FAILING), "checks_failing") == 0);
+  CHECK(strcmp(kvroute_health_event_str(KVROUTE_HEALTH_EVENT_CHECKS_PASSING), "checks_passing") == 0);
+  CHECK(strcmp(kvroute_health_event_str(6), "unknown") == 0);
 }
 
 static void test_config_statuses(void) {
@@ -75,6 +97,24 @@ static void test_config_statuses(void) {
   CHECK_STATUS(kvroute_config_builder_build(NULL, &config), KVROUTE_STATUS_NULL_PARAMETER);
   CHECK(config == (const kvroute_config *)0x1); /* outputs only on success */
   kvroute_config_builder_free(NULL);
+
+  /* The health settings: 0 turns a rule off; a zero base ejection time or a percentage over
+   * 100 is rejected with the builder unchanged. */
+  b = kvroute_config_builder_new();
+  CHECK_STATUS(kvroute_config_builder_set_consecutive_5xx(NULL, 5), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_consecutive_5xx(b, 0), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_consecutive_gateway_failures(b, 0), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_base_ejection_ms(b, 0), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_base_ejection_ms(b, 5000), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_max_ejection_ms(b, 0), KVROUTE_STATUS_OK); /* taken as the base */
+  CHECK_STATUS(kvroute_config_builder_set_max_ejection_percent(b, 101), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_max_ejection_percent(b, 256), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_max_ejection_percent(b, 100), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_unhealthy_threshold(b, 0), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_healthy_threshold(b, 0), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_healthy_threshold(NULL, 2), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_build(b, &config), KVROUTE_STATUS_OK);
+  kvroute_config_free(config);
   kvroute_config_free(NULL);
 
   /* A freed builder's config outlives it; two routers share one config. */
@@ -188,7 +228,7 @@ static void test_router_statuses(void) {
 
   /* Completion statuses: unknown ticket, double completion, bad outcome. */
   CHECK_STATUS(kvroute_router_complete(r, 1u << 30, KVROUTE_OUTCOME_SUCCESS, 12), KVROUTE_STATUS_UNKNOWN_TICKET);
-  CHECK_STATUS(kvroute_router_complete(r, first.ticket, 3, 12), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_router_complete(r, first.ticket, 6, 12), KVROUTE_STATUS_INVALID_PARAMETER);
   CHECK_STATUS(kvroute_router_complete(NULL, first.ticket, 0, 12), KVROUTE_STATUS_NULL_PARAMETER);
   CHECK_STATUS(kvroute_router_complete(r, first.ticket, KVROUTE_OUTCOME_SUCCESS, 12), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_router_complete(r, first.ticket, KVROUTE_OUTCOME_SUCCESS, 13), KVROUTE_STATUS_TICKET_NOT_OPEN);
@@ -308,6 +348,304 @@ static void test_router_statuses(void) {
   free(body);
   free(escaped);
   free(text);
+  kvroute_router_free(r);
+}
+
+/* ---- pod health ---- */
+
+static kvroute_router *new_health_router(uint64_t seed, const char *strategy, uint64_t base_ejection_ms) {
+  kvroute_config_builder *b = kvroute_config_builder_new();
+  CHECK(b != NULL);
+  CHECK_STATUS(kvroute_config_builder_set_seed(b, seed), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_strategy(b, S(strategy)), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_base_ejection_ms(b, base_ejection_ms), KVROUTE_STATUS_OK);
+  const kvroute_config *config = NULL;
+  CHECK_STATUS(kvroute_config_builder_build(b, &config), KVROUTE_STATUS_OK);
+  kvroute_router *r = NULL;
+  CHECK_STATUS(kvroute_router_new(config, &r), KVROUTE_STATUS_OK);
+  kvroute_config_free(config);
+  return r;
+}
+
+static kvroute_pod_id add_pod(kvroute_router *r, const char *model, const char *name, const char *addr) {
+  kvroute_pod_id id = 0;
+  CHECK_STATUS(kvroute_router_add_pod(r, S(model), S(name), S(addr), true, &id), KVROUTE_STATUS_OK);
+  return id;
+}
+
+/* Routes a short prompt (no complete block: no prefix index entry, no index deadline). */
+static kvroute_decision route_short(kvroute_router *r, const char *model, const char *strategy, uint64_t now) {
+  kvroute_decision d;
+  const uint8_t *sp = NULL;
+  size_t sn = 0;
+  if (strategy) {
+    sp = (const uint8_t *)strategy;
+    sn = strlen(strategy);
+  }
+  CHECK_STATUS(kvroute_router_route(r, S(model), S("hi"), sp, sn, now, &d), KVROUTE_STATUS_OK);
+  return d;
+}
+
+static uint32_t complete_event(kvroute_router *r, kvroute_ticket t, uint32_t outcome, uint64_t now) {
+  uint32_t event = 77;
+  CHECK_STATUS(kvroute_router_complete_with_event(r, t, outcome, NULL, now, &event), KVROUTE_STATUS_OK);
+  return event;
+}
+
+static kvroute_pod_info pod_info(kvroute_router *r, kvroute_pod_id pod) {
+  kvroute_pod_info info;
+  CHECK_STATUS(kvroute_router_pod_info(r, pod, &info), KVROUTE_STATUS_OK);
+  return info;
+}
+
+/* The outcome codes 3..5 are accepted, counted and named in the stats; 6 is still rejected.
+ * A model of one pod never loses it: three gateway failures meet the rule, but the ejection is
+ * skipped. */
+static void test_outcomes(void) {
+  kvroute_router *r = new_health_router(3, "least-request", 30000);
+  kvroute_pod_id solo = add_pod(r, "solo", "solo-a", "10.0.1.1:8000");
+  const uint32_t outcomes[] = {KVROUTE_OUTCOME_CONNECT_FAILED, KVROUTE_OUTCOME_RESET, KVROUTE_OUTCOME_TIMEOUT};
+  CHECK(KVROUTE_OUTCOME_CONNECT_FAILED == 3 && KVROUTE_OUTCOME_RESET == 4 && KVROUTE_OUTCOME_TIMEOUT == 5);
+  for (int i = 0; i < 3; i++) {
+    kvroute_decision d = route_short(r, "solo", NULL, 10 + (uint64_t)i);
+    CHECK(d.pod == solo && d.excluded == 0 && !d.health_probe);
+    uint32_t event = complete_event(r, d.ticket, outcomes[i], 10 + (uint64_t)i);
+    CHECK(event == (i < 2 ? KVROUTE_HEALTH_EVENT_NONE : KVROUTE_HEALTH_EVENT_EJECTION_SKIPPED));
+  }
+  kvroute_pod_info info = pod_info(r, solo);
+  CHECK(!info.ejected && !info.probing && info.ejected_until_ms == 0 && info.ejections_gateway == 0);
+
+  /* An unknown outcome: INVALID_PARAMETER, nothing written or counted, the ticket still open.
+   * A cancel counts for nothing, a plain failure is an upstream error. */
+  kvroute_decision d = route_short(r, "solo", NULL, 20);
+  uint32_t event = 77;
+  CHECK_STATUS(kvroute_router_complete_with_event(r, d.ticket, 6, NULL, 20, &event), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_router_complete_with_event(NULL, d.ticket, 0, NULL, 20, &event), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_complete_with_event(r, 1u << 30, 0, NULL, 20, &event), KVROUTE_STATUS_UNKNOWN_TICKET);
+  kvroute_timings bad_bits = {.known = 1u << 31};
+  CHECK_STATUS(kvroute_router_complete_with_event(r, d.ticket, 0, &bad_bits, 20, &event),
+               KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK(event == 77);
+  /* A success (with timings) resets the counts; then a cancel counts for nothing and a failure
+   * and a timeout are two errors in a row, below both thresholds. */
+  kvroute_timings t = {.first_token_ms = 5, .total_ms = 9, .known = KVROUTE_TIMING_FIRST_TOKEN_MS | KVROUTE_TIMING_TOTAL_MS};
+  CHECK_STATUS(kvroute_router_complete_with_event(r, d.ticket, KVROUTE_OUTCOME_SUCCESS, &t, 21, &event),
+               KVROUTE_STATUS_OK);
+  CHECK(event == KVROUTE_HEALTH_EVENT_NONE);
+  event = 77;
+  CHECK_STATUS(kvroute_router_complete_with_event(r, d.ticket, KVROUTE_OUTCOME_SUCCESS, NULL, 21, &event),
+               KVROUTE_STATUS_TICKET_NOT_OPEN);
+  CHECK(event == 77);
+  d = route_short(r, "solo", NULL, 22);
+  CHECK_STATUS(kvroute_router_complete_with_event(r, d.ticket, KVROUTE_OUTCOME_CANCELLED, NULL, 22, NULL),
+               KVROUTE_STATUS_OK);
+  d = route_short(r, "solo", NULL, 23);
+  CHECK_STATUS(kvroute_router_complete(r, d.ticket, KVROUTE_OUTCOME_FAILED, 23), KVROUTE_STATUS_OK);
+  d = route_short(r, "solo", NULL, 24);
+  CHECK(complete_event(r, d.ticket, KVROUTE_OUTCOME_TIMEOUT, 24) == KVROUTE_HEALTH_EVENT_NONE);
+
+  kvroute_stats st;
+  CHECK_STATUS(kvroute_router_stats(r, &st), KVROUTE_STATUS_OK);
+  CHECK(st.completed_connect_failed == 1 && st.completed_reset == 1 && st.completed_timeout == 2);
+  CHECK(st.completed_success == 1 && st.completed_cancelled == 1 && st.completed_failed == 1);
+  CHECK(st.tickets_issued == 7 && st.tickets_open == 0 && st.tickets_rejected == 2); /* unknown, not open */
+  kvroute_router_free(r);
+}
+
+/* Three connect failures eject one pod of two: routes never pick it and say excluded=1; after
+ * the ejection time one probe goes there, and its success readmits the pod. */
+static void test_ejection_and_probe(void) {
+  kvroute_router *r = new_health_router(5, "least-request", 1000);
+  kvroute_pod_id a = add_pod(r, "llama", "vllm-a", "10.0.0.1:8000");
+  kvroute_pod_id b = add_pod(r, "llama", "vllm-b", "10.0.0.2:8000");
+  /* Three requests to a (b not ready while they are routed). */
+  CHECK_STATUS(kvroute_router_set_pod_ready(r, b, false), KVROUTE_STATUS_OK);
+  kvroute_decision to_a[3];
+  for (int i = 0; i < 3; i++) {
+    to_a[i] = route_short(r, "llama", NULL, 100);
+    CHECK(to_a[i].pod == a && to_a[i].excluded == 0);
+  }
+  CHECK_STATUS(kvroute_router_set_pod_ready(r, b, true), KVROUTE_STATUS_OK);
+  CHECK(complete_event(r, to_a[0].ticket, KVROUTE_OUTCOME_CONNECT_FAILED, 200) == KVROUTE_HEALTH_EVENT_NONE);
+  CHECK(complete_event(r, to_a[1].ticket, KVROUTE_OUTCOME_CONNECT_FAILED, 200) == KVROUTE_HEALTH_EVENT_NONE);
+  CHECK(complete_event(r, to_a[2].ticket, KVROUTE_OUTCOME_CONNECT_FAILED, 200) == KVROUTE_HEALTH_EVENT_EJECTED);
+  kvroute_pod_info info = pod_info(r, a);
+  CHECK(info.ejected && !info.probing && !info.checks_failing && info.ready);
+  CHECK(info.ejected_until_ms == 1200 && info.ejections_gateway == 1 && info.ejections_5xx == 0);
+  bool has = false;
+  uint64_t at = 0;
+  CHECK_STATUS(kvroute_router_next_deadline(r, &has, &at), KVROUTE_STATUS_OK);
+  CHECK(has && at == 1200); /* the end of the ejection */
+
+  /* While ejected: never picked, whatever the strategy. */
+  const char *strategies[] = {"least-request", "random", "prefix-cache", "least-ttft"};
+  for (int i = 0; i < 40; i++) {
+    kvroute_decision d = route_short(r, "llama", strategies[i % 4], 300 + (uint64_t)i);
+    CHECK(d.pod == b && d.excluded == 1 && !d.health_probe);
+    CHECK_STATUS(kvroute_router_complete(r, d.ticket, KVROUTE_OUTCOME_SUCCESS, 300 + (uint64_t)i), KVROUTE_STATUS_OK);
+  }
+  kvroute_decision busy = route_short(r, "llama", NULL, 400); /* b keeps one request open */
+  CHECK(busy.pod == b);
+  char line[512];
+  size_t n = 0;
+  CHECK_STATUS(kvroute_router_explain(r, busy.ticket, (uint8_t *)line, sizeof line, &n), KVROUTE_STATUS_OK);
+  CHECK(strstr(line, " excluded=1") != NULL);
+
+  /* The ejection is over: the tick moves a to probing, and the next request is its probe. */
+  CHECK_STATUS(kvroute_router_tick(r, 1200), KVROUTE_STATUS_OK);
+  info = pod_info(r, a);
+  CHECK(info.ejected && info.probing && info.ejected_until_ms == 0);
+  kvroute_decision probe = route_short(r, "llama", NULL, 1201);
+  CHECK(probe.pod == a && probe.health_probe && probe.excluded == 0);
+  CHECK_STATUS(kvroute_router_explain(r, probe.ticket, (uint8_t *)line, sizeof line, &n), KVROUTE_STATUS_OK);
+  CHECK(strstr(line, " health_probe=1") != NULL);
+  /* One probe at a time: a takes nothing else meanwhile. */
+  kvroute_decision other = route_short(r, "llama", NULL, 1202);
+  CHECK(other.pod == b && other.excluded == 1 && !other.health_probe);
+  CHECK(complete_event(r, other.ticket, KVROUTE_OUTCOME_SUCCESS, 1203) == KVROUTE_HEALTH_EVENT_NONE);
+  CHECK(complete_event(r, probe.ticket, KVROUTE_OUTCOME_SUCCESS, 1300) == KVROUTE_HEALTH_EVENT_READMITTED);
+  info = pod_info(r, a);
+  CHECK(!info.ejected && !info.probing && info.ejected_until_ms == 0 && info.ejections_gateway == 1);
+  kvroute_decision back = route_short(r, "llama", NULL, 1301);
+  CHECK(back.pod == a && back.excluded == 0 && !back.health_probe); /* a has 0 in flight, b 1 */
+  CHECK_STATUS(kvroute_router_complete(r, back.ticket, KVROUTE_OUTCOME_SUCCESS, 1302), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_complete(r, busy.ticket, KVROUTE_OUTCOME_SUCCESS, 1302), KVROUTE_STATUS_OK);
+
+  kvroute_stats st;
+  CHECK_STATUS(kvroute_router_stats(r, &st), KVROUTE_STATUS_OK);
+  CHECK(st.completed_connect_failed == 3 && st.tickets_open == 0 && st.in_flight == 0);
+  kvroute_router_free(r);
+}
+
+/* Three failed active checks take a pod out of service, a passed one brings it back; with
+ * every pod's checks failing the model has no ready pod. */
+static void test_health_checks(void) {
+  kvroute_router *r = new_health_router(9, "least-request", 30000);
+  kvroute_pod_id a = add_pod(r, "llama", "vllm-a", "10.0.0.1:8000");
+  kvroute_pod_id b = add_pod(r, "llama", "vllm-b", "10.0.0.2:8000");
+  uint32_t event = 77;
+  CHECK_STATUS(kvroute_router_report_health_check(r, a, false, 10, &event), KVROUTE_STATUS_OK);
+  CHECK(event == KVROUTE_HEALTH_EVENT_NONE);
+  CHECK_STATUS(kvroute_router_report_health_check(r, a, false, 20, NULL), KVROUTE_STATUS_OK);
+  CHECK(!pod_info(r, a).checks_failing);
+  CHECK_STATUS(kvroute_router_report_health_check(r, a, false, 30, &event), KVROUTE_STATUS_OK);
+  CHECK(event == KVROUTE_HEALTH_EVENT_CHECKS_FAILING);
+  kvroute_pod_info info = pod_info(r, a);
+  CHECK(info.checks_failing && !info.ejected && info.ready);
+  CHECK_STATUS(kvroute_router_report_health_check(r, a, false, 35, &event), KVROUTE_STATUS_OK);
+  CHECK(event == KVROUTE_HEALTH_EVENT_NONE); /* already failing */
+  for (int i = 0; i < 20; i++) {
+    kvroute_decision d = route_short(r, "llama", i % 2 ? "random" : "least-request", 40 + (uint64_t)i);
+    CHECK(d.pod == b && d.excluded == 1);
+    CHECK_STATUS(kvroute_router_complete(r, d.ticket, KVROUTE_OUTCOME_SUCCESS, 40 + (uint64_t)i), KVROUTE_STATUS_OK);
+  }
+  /* Errors: nothing written. */
+  event = 77;
+  CHECK_STATUS(kvroute_router_report_health_check(NULL, a, true, 60, &event), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_report_health_check(r, 4321, true, 60, &event), KVROUTE_STATUS_UNKNOWN_POD);
+  CHECK(event == 77);
+
+  CHECK_STATUS(kvroute_router_report_health_check(r, a, true, 70, &event), KVROUTE_STATUS_OK);
+  CHECK(event == KVROUTE_HEALTH_EVENT_CHECKS_PASSING);
+  CHECK(!pod_info(r, a).checks_failing);
+  kvroute_decision open_b = route_short(r, "llama", NULL, 71);
+  kvroute_decision d = route_short(r, "llama", NULL, 72);
+  CHECK(open_b.pod != d.pod && d.excluded == 0); /* both pods take requests again */
+
+  /* Every pod failing its checks: no ready pod (active checks have no per-model floor). */
+  for (int i = 0; i < 3; i++) {
+    CHECK_STATUS(kvroute_router_report_health_check(r, a, false, 80, NULL), KVROUTE_STATUS_OK);
+    CHECK_STATUS(kvroute_router_report_health_check(r, b, false, 80, NULL), KVROUTE_STATUS_OK);
+  }
+  kvroute_decision untouched;
+  memset(&untouched, 0x5A, sizeof untouched);
+  kvroute_decision none = untouched;
+  CHECK_STATUS(kvroute_router_route(r, S("llama"), S("hi"), NULL, 0, 90, &none), KVROUTE_STATUS_NO_READY_POD);
+  CHECK(memcmp(&none, &untouched, sizeof none) == 0);
+  CHECK_STATUS(kvroute_router_report_health_check(r, b, true, 100, &event), KVROUTE_STATUS_OK);
+  CHECK(event == KVROUTE_HEALTH_EVENT_CHECKS_PASSING);
+  CHECK(route_short(r, "llama", NULL, 101).pod == b);
+  kvroute_router_free(r);
+}
+
+/* The endpoint subset restricts the candidates to the pods at the listed addresses; an empty
+ * subset or one of unknown addresses is NO_POD_IN_SUBSET. */
+static void test_endpoint_subset(void) {
+  kvroute_router *r = new_health_router(13, "least-request", 30000);
+  kvroute_pod_id a = add_pod(r, "llama", "vllm-a", "10.0.0.1:8000");
+  kvroute_pod_id b = add_pod(r, "llama", "vllm-b", "10.0.0.2:8000");
+  kvroute_pod_id c = add_pod(r, "llama", "vllm-c", "10.0.0.3:8000");
+  add_pod(r, "other", "vllm-d", "10.0.0.4:8000");
+  const char *only_b[] = {"10.0.0.2:8000"};
+  const char *a_or_c[] = {"10.0.0.1:8000", "10.0.0.9:1", "10.0.0.3:8000"};
+  const char *unknown[] = {"10.9.9.9:8000"};
+  const char *other_model[] = {"10.0.0.4:8000"};
+  const char *with_null[] = {"10.0.0.2:8000", NULL};
+  const char *bad_utf8[] = {"10.0.0.2:8000\xff"};
+  const char *random = "random";
+  kvroute_decision d;
+  for (int i = 0; i < 10; i++) {
+    CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), S(random), only_b, 1, 10, &d), KVROUTE_STATUS_OK);
+    CHECK(d.pod == b && d.excluded == 0);
+  }
+  /* Kept open, so least-request spreads over both pods of the subset and never picks b. */
+  int picked_a = 0, picked_c = 0;
+  for (int i = 0; i < 10; i++) {
+    CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, a_or_c, 3, 20, &d), KVROUTE_STATUS_OK);
+    CHECK(d.pod == a || d.pod == c);
+    picked_a += d.pod == a;
+    picked_c += d.pod == c;
+  }
+  CHECK(picked_a == 5 && picked_c == 5);
+  /* The JSON variant, with the model from the body. */
+  const char *body = "{\"model\":\"llama\",\"prompt\":\"hello\"}";
+  CHECK_STATUS(kvroute_router_route_json_subset(r, NULL, 0, S(body), NULL, 0, only_b, 1, 30, &d), KVROUTE_STATUS_OK);
+  CHECK(d.pod == b);
+  /* (NULL, 0): no subset, any pod (b has the most in flight, so not b). */
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, NULL, 0, 31, &d), KVROUTE_STATUS_OK);
+  CHECK(d.pod == a || d.pod == c);
+
+  /* No pod of the model in the subset: the new status, nothing written. */
+  kvroute_decision untouched;
+  memset(&untouched, 0x5A, sizeof untouched);
+  d = untouched;
+  const char *empty[1] = {NULL}; /* a non-NULL array of length 0 */
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, empty, 0, 40, &d),
+               KVROUTE_STATUS_NO_POD_IN_SUBSET);
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, unknown, 1, 40, &d),
+               KVROUTE_STATUS_NO_POD_IN_SUBSET);
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, other_model, 1, 40, &d),
+               KVROUTE_STATUS_NO_POD_IN_SUBSET);
+  CHECK_STATUS(kvroute_router_route_json_subset(r, NULL, 0, S(body), NULL, 0, empty, 0, 40, &d),
+               KVROUTE_STATUS_NO_POD_IN_SUBSET);
+  CHECK_STATUS(kvroute_router_set_pod_ready(r, b, false), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, only_b, 1, 40, &d),
+               KVROUTE_STATUS_NO_POD_IN_SUBSET);
+  CHECK_STATUS(kvroute_router_set_pod_ready(r, b, true), KVROUTE_STATUS_OK);
+  /* An unknown model is still UNKNOWN_MODEL; bad arrays are NULL_PARAMETER / INVALID_UTF8. */
+  CHECK_STATUS(kvroute_router_route_subset(r, S("mistral"), S("hi"), NULL, 0, only_b, 1, 40, &d),
+               KVROUTE_STATUS_UNKNOWN_MODEL);
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, NULL, 2, 40, &d),
+               KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, with_null, 2, 40, &d),
+               KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, bad_utf8, 1, 40, &d),
+               KVROUTE_STATUS_INVALID_UTF8);
+  CHECK_STATUS(kvroute_router_route_subset(NULL, S("llama"), S("hi"), NULL, 0, only_b, 1, 40, &d),
+               KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, only_b, 1, 40, NULL),
+               KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK(memcmp(&d, &untouched, sizeof d) == 0);
+
+  /* A subset pod that is ejected or failing its checks is left out like any other. */
+  for (int i = 0; i < 3; i++) {
+    CHECK_STATUS(kvroute_router_report_health_check(r, b, false, 50, NULL), KVROUTE_STATUS_OK);
+  }
+  CHECK_STATUS(kvroute_router_route_subset(r, S("llama"), S("hi"), NULL, 0, only_b, 1, 51, &d),
+               KVROUTE_STATUS_NO_POD_IN_SUBSET);
+  kvroute_stats st;
+  CHECK_STATUS(kvroute_router_stats(r, &st), KVROUTE_STATUS_OK);
+  CHECK(st.no_ready_pod == 6 && st.unknown_model == 1);
   kvroute_router_free(r);
 }
 
@@ -434,6 +772,10 @@ int main(int argc, char **argv) {
   test_status_strings();
   test_config_statuses();
   test_router_statuses();
+  test_outcomes();
+  test_ejection_and_probe();
+  test_health_checks();
+  test_endpoint_subset();
   test_extract_prompt();
   test_golden_vectors(argv[1]);
   printf("test_api: all checks passed (kvroute %s)\n", kvroute_version());
