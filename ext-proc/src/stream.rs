@@ -809,6 +809,133 @@ mod tests {
         assert_eq!(in_flight(&sh), 0);
     }
 
+    fn immediate(r: &ProcessingResponse) -> (i32, serde_json::Value) {
+        let Some(Response::ImmediateResponse(i)) = &r.response else {
+            panic!("not rejected: {r:?}")
+        };
+        let code = i.status.as_ref().unwrap().code;
+        (code, serde_json::from_slice(&i.body).unwrap())
+    }
+
+    #[test]
+    fn the_gateways_subset_hint_restricts_the_pods() {
+        use envoy_types::pb::envoy::config::core::v3::Metadata;
+        use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+        let hint = |list: &str| {
+            let mut h = headers(&[(":path", "/v1/models")], true);
+            let value = Value {
+                kind: Some(Kind::StringValue(list.to_owned())),
+            };
+            let hint = Struct {
+                fields: [(envoy_context::SUBSET_HINT_KEY.to_owned(), value)]
+                    .into_iter()
+                    .collect(),
+            };
+            h.metadata_context = Some(Metadata {
+                filter_metadata: [(envoy_context::SUBSET_HINT_NAMESPACE.to_owned(), hint)]
+                    .into_iter()
+                    .collect(),
+                ..Default::default()
+            });
+            h
+        };
+        let sh = shared();
+        for _ in 0..8 {
+            let mut st = StreamState::new(sh.clone());
+            let r = st.on_message(hint("10.0.0.2:80")).unwrap();
+            assert!(r.dynamic_metadata.is_some(), "{r:?}");
+            let to = st.routed.as_ref().unwrap().address.clone();
+            assert_eq!(&*to, "10.0.0.2:80");
+        }
+        let mut st = StreamState::new(sh.clone());
+        let (code, body) = immediate(&st.on_message(hint("10.9.9.9:1")).unwrap());
+        assert_eq!(code, 503);
+        assert_eq!(body["error"]["code"], "service_unavailable");
+        assert_eq!(in_flight(&sh), 0);
+    }
+
+    #[test]
+    fn a_routing_strategy_that_is_not_utf8_is_a_bad_strategy() {
+        let sh = shared();
+        let mut st = StreamState::new(sh.clone());
+        let mut h = headers(&[(":path", "/v1/models")], true);
+        if let Some(Request::RequestHeaders(hh)) = &mut h.request {
+            hh.headers.as_mut().unwrap().headers.push(HeaderValue {
+                key: "routing-strategy".into(),
+                raw_value: vec![0xff, b'x'],
+                ..Default::default()
+            });
+        }
+        let (code, body) = immediate(&st.on_message(h).unwrap());
+        assert_eq!(code, 400);
+        assert!(body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("incorrect routing strategy"));
+    }
+
+    #[test]
+    fn pod_headers_are_hidden_when_the_setting_says_so() {
+        let sh = shared_with("[routing]\nexpose_pod_headers = false\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(headers(&[(":path", "/v1/models")], true));
+        let Some(Response::ResponseHeaders(h)) =
+            st.on_message(response_headers("200")).unwrap().response
+        else {
+            panic!("no response-headers reply")
+        };
+        let keys: Vec<String> = h
+            .response
+            .unwrap()
+            .header_mutation
+            .unwrap()
+            .set_headers
+            .into_iter()
+            .map(|o| o.header.unwrap().key)
+            .collect();
+        assert_eq!(keys, ["routing-strategy"]);
+    }
+
+    #[test]
+    fn envoys_code_details_decide_the_outcome() {
+        use std::collections::HashMap;
+        let sh = shared();
+        let with_details = |status: &str, details: &str| {
+            let mut r = response_headers(status);
+            let attrs = envoy_types::pb::google::protobuf::Struct {
+                fields: [(
+                    envoy_context::CODE_DETAILS.to_owned(),
+                    envoy_types::pb::google::protobuf::Value {
+                        kind: Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                            details.to_owned(),
+                        )),
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            };
+            r.attributes = HashMap::from([("envoy.filters.http.ext_proc".to_owned(), attrs)]);
+            r
+        };
+        let refused = "upstream_reset_before_response_started{remote_connection_failure}";
+        for (status, details, index) in [
+            ("503", refused, 3),
+            ("500", "via_upstream", 2),
+            (
+                "503",
+                "upstream_reset_before_response_started{connection_termination}",
+                4,
+            ),
+        ] {
+            let mut st = StreamState::new(sh.clone());
+            st.on_message(headers(&[(":path", "/v1/models")], true));
+            st.on_message(with_details(status, details));
+            drop(st);
+            let completed = sh.router.lock().stats().tickets.completed;
+            assert_eq!(completed[index], 1, "{details}: {completed:?}");
+        }
+    }
+
     #[test]
     fn upstream_5xx_marks_the_ticket_failed() {
         let sh = shared();
