@@ -13,6 +13,7 @@ use std::time::Duration;
 use kvroute_core::{RouterConfig, StrategySpec, TtftConfig};
 use serde::Deserialize;
 
+use crate::discovery::{Discovery, DiscoveryError, DiscoverySection};
 use crate::env::{EnvError, EnvSnapshot};
 use crate::health::{HealthSection, HealthSectionError};
 
@@ -74,6 +75,9 @@ pub enum ConfigError {
     /// A `[health]` value is out of range.
     #[error(transparent)]
     Health(#[from] HealthSectionError),
+    /// `[discovery]` is invalid.
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
 }
 
 /// The TOML file as written. Every key is optional; see `ext-proc/README.md` for the format.
@@ -104,6 +108,9 @@ pub struct FileConfig {
     /// `[health]`: pod ejection and active checks ([`crate::health`]).
     #[serde(default)]
     pub health: HealthSection,
+    /// `[discovery]`: where the pods come from ([`crate::discovery`]).
+    #[serde(default)]
+    pub discovery: DiscoverySection,
     /// `[models.<name>]`: the pods serving each model.
     #[serde(default)]
     pub models: BTreeMap<String, ModelSection>,
@@ -326,6 +333,8 @@ pub struct Config {
     pub health_check: Option<(Duration, String)>,
     /// Whether clients see `target-pod`, `target-pod-ip` and `x-kvroute-decision`.
     pub expose_pod_headers: bool,
+    /// Where the pods come from (static: `models`; else discovery, and `models` is empty).
+    pub discovery: Discovery,
 }
 
 impl Config {
@@ -465,9 +474,15 @@ pub fn build(
         ));
     }
 
+    let discovery = file.discovery.build()?;
+    if !discovery.is_static() && !file.models.is_empty() {
+        return Err(ConfigError::Pods(
+            "[models.NAME] sections list pods, but [discovery] source = \"kubernetes\" finds them: remove the sections".into(),
+        ));
+    }
     validate_models(&file.models)?;
-    if file.models.is_empty() && !(o.allow_no_models || file.routing.allow_no_models == Some(true))
-    {
+    let allowed = o.allow_no_models || file.routing.allow_no_models == Some(true);
+    if file.models.is_empty() && discovery.is_static() && !allowed {
         return Err(ConfigError::Pods(
             "no model is configured: add [models.NAME] sections, or set [routing] allow_no_models = true (--allow-no-models) to serve none".into(),
         ));
@@ -505,6 +520,7 @@ pub fn build(
             .unwrap_or(DEFAULT_MAX_TIMED_STREAMS),
         health_check: file.health.check()?,
         expose_pod_headers: file.routing.expose_pod_headers.unwrap_or(true),
+        discovery,
     })
 }
 

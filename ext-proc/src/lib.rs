@@ -26,6 +26,7 @@ pub mod admin;
 pub mod cli;
 pub mod config;
 pub mod connection;
+pub mod discovery;
 pub mod env;
 pub mod envoy_config;
 pub mod envoy_context;
@@ -115,6 +116,7 @@ pub async fn run(
 ) -> Result<(), Error> {
     let mut registry = Registry::default();
     let shared = Shared::new(&config, &mut registry)?;
+    let discovery = discovery::Source::register(config.discovery.clone(), &mut registry);
     let registry = Arc::new(registry);
     let (grpc, grpc_addr) = bind(config.grpc_listen).await?;
     let (admin, admin_addr) = bind(config.admin_listen).await?;
@@ -133,6 +135,7 @@ pub async fn run(
         stop_rx.clone(),
     ));
     tokio::spawn(maintenance::run(shared.clone(), stop_rx.clone()));
+    discovery.spawn(shared.clone(), stop_rx.clone());
     tokio::spawn(scrape::run(shared.clone(), stop_rx.clone()));
     tokio::spawn(reload::run(
         source,

@@ -77,6 +77,9 @@ pub fn restart_only_changes(startup: &Config, new: &Config) -> Vec<&'static str>
     if new.shutdown_grace != startup.shutdown_grace {
         changed.push("limits.shutdown_grace_secs");
     }
+    if new.discovery != startup.discovery {
+        changed.push("discovery");
+    }
     if crate::grpc_decode_limit(new.max_body_bytes)
         > crate::grpc_decode_limit(startup.max_body_bytes)
     {

@@ -174,7 +174,7 @@ impl Driver {
                 Some(Ok(Some(_))) | None => None,
             };
         }
-        if !self.state.shared().is_ready() {
+        if !self.state.shared().is_serving() {
             // Draining for shutdown: the process and its tickets end with the last stream.
             return false;
         }

@@ -36,6 +36,9 @@ pub struct RequestSettings {
     pub expose_pod_headers: bool,
     /// The active check when scraping is off: `(interval, path)`; `None` = off.
     pub health_check: Option<(std::time::Duration, String)>,
+    /// The router model every request is routed under, when discovery decides it (an
+    /// InferencePool's); `None`: the request's own model.
+    pub routing_model: Option<String>,
     /// Most responses timed at once ([`crate::stream_timing`]; 0 = none).
     pub max_timed_streams: usize,
     /// The engines' KV block size in tokens (`[ttft] engine_block_tokens`): a request predicted
@@ -56,6 +59,7 @@ impl RequestSettings {
             scrape_timeout: c.scrape_timeout,
             health_check: c.health_check.clone(),
             expose_pod_headers: c.expose_pod_headers,
+            routing_model: c.discovery.routing_model(),
             max_timed_streams: c.max_timed_streams,
             engine_block_tokens: c.router.ttft.engine_block_tokens,
         }
@@ -89,6 +93,8 @@ pub struct Shared {
     start: tokio::time::Instant,
     settings: RwLock<Arc<RequestSettings>>,
     ready: AtomicBool,
+    /// Discovery has completed its first list (always, for static pods).
+    discovery_synced: AtomicBool,
 }
 
 impl Shared {
@@ -105,6 +111,7 @@ impl Shared {
             start: tokio::time::Instant::now(),
             settings: RwLock::new(Arc::new(RequestSettings::from_config(config))),
             ready: AtomicBool::new(false),
+            discovery_synced: AtomicBool::new(config.discovery.is_static()),
         };
         shared.apply(config)?;
         Ok(Arc::new(shared))
@@ -121,9 +128,19 @@ impl Shared {
         self.settings.read().clone()
     }
 
-    /// Whether `/readyz` says ready.
+    /// Whether `/readyz` says ready: serving, and discovery has listed the pods once.
     pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && self.discovery_synced.load(Ordering::Acquire)
+    }
+
+    /// Whether the service is serving and not draining (discovery aside).
+    pub fn is_serving(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    /// Records whether discovery has completed its first list.
+    pub fn set_discovery_synced(&self, synced: bool) {
+        self.discovery_synced.store(synced, Ordering::Release);
     }
 
     /// Sets readiness (true once serving, false when shutting down).
@@ -142,6 +159,12 @@ impl Shared {
     pub fn apply(&self, config: &Config) -> Result<(), ApplyError> {
         let mut router = self.router.lock();
         router.reconfigure(config.router.clone())?;
+        if !config.discovery.is_static() {
+            // Pods and models come from discovery ([`crate::discovery`]).
+            drop(router);
+            *self.settings.write() = Arc::new(RequestSettings::from_config(config));
+            return Ok(());
+        }
         // Models first: removing one detaches its pods in a single walk of the index.
         for model in router.models() {
             if !config.models.contains_key(&*model) {

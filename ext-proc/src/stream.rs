@@ -271,6 +271,8 @@ impl StreamState {
         prompt: &[u8],
         max_output_tokens: Option<u32>,
     ) -> Result<RoutedView, Reject> {
+        let settings = self.shared.settings();
+        let model = settings.routing_model.as_deref().unwrap_or(model);
         let hash = self.shared.router.lock().hash_config();
         let hashes = hash.hashes(prompt);
         let subset: Option<Vec<&str>> = self
