@@ -9,7 +9,7 @@
 //!   `response.code_details` (`response_attributes` in the shipped filter config): `via_upstream`
 //!   when the pod sent the response; otherwise what Envoy saw, e.g.
 //!   `upstream_reset_before_response_started{remote_connection_failure,...}` for a refused
-//!   connection, `{connection_termination}` when the pod closed the connection without an
+//!   connection (`{connection_timeout}` for one that timed out), `{connection_termination}` when the pod closed the connection without an
 //!   answer, `response_timeout` when a route timeout fired.
 //! - 1xx–4xx: success (a client error is the client's); 5xx from the pod: failed; Envoy's own
 //!   5xx: connect failure, reset or timeout by its details; a local reply that is not about the
@@ -152,7 +152,7 @@ impl ResponseEnd {
 /// The outcome of a reply Envoy made itself, from its code details.
 fn local_reply_outcome(status: u16, details: &str) -> Outcome {
     let has = |s: &str| details.contains(s);
-    if has("connection_failure") || has("connect_timeout") || has("no_healthy_upstream") {
+    if has("connection_failure") || has("connection_timeout") || has("no_healthy_upstream") {
         Outcome::ConnectFailed
     } else if has("timeout") {
         Outcome::Timeout
@@ -235,6 +235,12 @@ mod tests {
         let reset = "upstream_reset_before_response_started{remote_reset}";
         assert_eq!(end(Some(503), Some(reset)), Outcome::Reset);
         assert_eq!(end(Some(504), Some("response_timeout")), Outcome::Timeout);
+        let slow_connect = "upstream_reset_before_response_started{connection_timeout}";
+        assert_eq!(end(Some(503), Some(slow_connect)), Outcome::ConnectFailed);
+        for idle in ["upstream_per_try_idle_timeout", "stream_idle_timeout"] {
+            assert_eq!(end(Some(504), Some(idle)), Outcome::Timeout);
+        }
+        assert_eq!(end(Some(404), Some("route_not_found")), Outcome::Cancelled);
         let overflow = "upstream_reset_before_response_started{overflow}";
         assert_eq!(end(Some(503), Some(overflow)), Outcome::Cancelled);
     }

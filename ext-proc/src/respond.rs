@@ -402,6 +402,28 @@ mod tests {
     }
 
     #[test]
+    fn every_rejection_names_itself_in_envoys_details() {
+        // The shipped Envoy config leaves replies whose details start with "kvroute_" as they
+        // are (local_reply_config); any other would be rewritten as one of Envoy's own errors.
+        let all = [
+            Reject::UnknownModel("m".into()),
+            Reject::NoReadyPod("m".into()),
+            Reject::NoPodInSubset("m".into()),
+            Reject::BadStrategy("s".into()),
+            Reject::BadBody("b".into()),
+            Reject::NoMessages,
+            Reject::TooLarge { limit: 1 },
+        ];
+        for r in all {
+            use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+            let Some(Response::ImmediateResponse(i)) = r.to_response(None).response else {
+                panic!("{r:?}: not an immediate response")
+            };
+            assert_eq!(i.details, format!("kvroute_{}", r.kind()));
+        }
+    }
+
+    #[test]
     fn rejections_follow_aibrix() {
         let r = Reject::UnknownModel("x".into());
         assert_eq!(r.status(), 400);
