@@ -1,5 +1,7 @@
-//! The admin HTTP server: `GET /metrics` (OpenMetrics text), `/healthz` (the process is up)
-//! and `/readyz` (serving; 503 before start-up completes and once shutdown began).
+//! The admin HTTP server: `GET /metrics` (OpenMetrics text), `/healthz` (the process is up),
+//! `/readyz` (serving; 503 before start-up completes, before discovery's first list, and once
+//! shutdown began), and JSON introspection ([`crate::introspect`]): `/debug/pods`,
+//! `/debug/decisions`, `/debug/config`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -30,6 +32,12 @@ fn reply(
     r
 }
 
+fn json(v: &serde_json::Value) -> Response<Full<Bytes>> {
+    let mut text = serde_json::to_string_pretty(v).unwrap_or_default();
+    text.push('\n');
+    reply(StatusCode::OK, "application/json", text)
+}
+
 /// Answers one admin request.
 pub fn handle(
     method: &Method,
@@ -50,6 +58,9 @@ pub fn handle(
         "/healthz" => reply(StatusCode::OK, TEXT, "ok\n"),
         "/readyz" if shared.is_ready() => reply(StatusCode::OK, TEXT, "ready\n"),
         "/readyz" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "not ready\n"),
+        "/debug/pods" => json(&crate::introspect::pods(shared)),
+        "/debug/decisions" => json(&shared.decisions.to_json()),
+        "/debug/config" => json(&crate::introspect::config(&shared.config())),
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),
     }
 }

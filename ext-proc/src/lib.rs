@@ -32,8 +32,10 @@ pub mod envoy_config;
 pub mod envoy_context;
 pub mod extract;
 pub mod health;
+pub mod introspect;
 pub mod maintenance;
 pub mod metrics;
+pub mod process_metrics;
 pub mod reload;
 pub mod respond;
 pub mod scrape;
@@ -103,6 +105,31 @@ pub fn grpc_decode_limit(max_body_bytes: usize) -> usize {
         .saturating_add(64 << 10)
 }
 
+/// The start-up line that says what was loaded.
+fn log_loaded(config: &Config, path: Option<&std::path::Path>) {
+    let pods: Vec<String> = config
+        .all_pods()
+        .iter()
+        .map(|p| format!("{}={}", p.name, p.address))
+        .collect();
+    let discovery = match &config.discovery {
+        discovery::Discovery::Static => "static".to_owned(),
+        discovery::Discovery::Kubernetes(k) => format!("kubernetes {:?}", k.mode),
+    };
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        config = ?path,
+        discovery,
+        default_strategy = %config.default_strategy_text,
+        models = ?config.models.keys().collect::<Vec<_>>(),
+        pods = ?pods,
+        max_body_bytes = config.max_body_bytes,
+        engine_scrape_ms = config.scrape_interval.map(|d| d.as_millis() as u64),
+        health = ?config.router.health,
+        "configuration loaded"
+    );
+}
+
 /// Serves until `shutdown` completes, then stops accepting, reports NOT_SERVING (gRPC health
 /// and `/readyz`), and lets open ext_proc streams finish within `config.shutdown_grace` (the
 /// start-up value: a reload does not change it).
@@ -117,6 +144,8 @@ pub async fn run(
     let mut registry = Registry::default();
     let shared = Shared::new(&config, &mut registry)?;
     let discovery = discovery::Source::register(config.discovery.clone(), &mut registry);
+    process_metrics::register(&mut registry);
+    let config_path = source.path.clone();
     let registry = Arc::new(registry);
     let (grpc, grpc_addr) = bind(config.grpc_listen).await?;
     let (admin, admin_addr) = bind(config.admin_listen).await?;
@@ -162,6 +191,7 @@ pub async fn run(
     tokio::pin!(server);
 
     shared.set_ready(true);
+    log_loaded(&config, config_path.as_deref());
     tracing::info!(grpc = %grpc_addr, admin = %admin_addr, "kvroute-ext-proc serving");
     let mut out = std::io::stdout().lock();
     let _ = writeln!(

@@ -13,6 +13,7 @@ use parking_lot::{Mutex, RwLock};
 use prometheus_client::registry::Registry;
 
 use crate::config::Config;
+use crate::introspect::DecisionLog;
 use crate::metrics::Metrics;
 use crate::scrape::EngineTable;
 use crate::stream_timing::StreamBudget;
@@ -90,6 +91,10 @@ pub struct Shared {
     pub engines: EngineTable,
     /// The responses being timed ([`crate::stream_timing`]).
     pub stream_budget: Arc<StreamBudget>,
+    /// The last routing decisions, for `/debug/decisions` ([`crate::introspect`]).
+    pub decisions: DecisionLog,
+    /// The configuration in force (for `/debug/config`).
+    config: RwLock<Arc<Config>>,
     start: tokio::time::Instant,
     settings: RwLock<Arc<RequestSettings>>,
     ready: AtomicBool,
@@ -108,6 +113,8 @@ impl Shared {
             metrics,
             engines,
             stream_budget: Arc::default(),
+            decisions: DecisionLog::default(),
+            config: RwLock::new(Arc::new(config.clone())),
             start: tokio::time::Instant::now(),
             settings: RwLock::new(Arc::new(RequestSettings::from_config(config))),
             ready: AtomicBool::new(false),
@@ -121,6 +128,11 @@ impl Shared {
     pub fn now(&self) -> Timestamp {
         let ms = self.start.elapsed().as_millis();
         Timestamp::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.read().clone()
     }
 
     /// The current per-request settings.
@@ -163,6 +175,7 @@ impl Shared {
             // Pods and models come from discovery ([`crate::discovery`]).
             drop(router);
             *self.settings.write() = Arc::new(RequestSettings::from_config(config));
+            *self.config.write() = Arc::new(config.clone());
             return Ok(());
         }
         // Models first: removing one detaches its pods in a single walk of the index.
@@ -206,6 +219,7 @@ impl Shared {
         }
         drop(router);
         *self.settings.write() = Arc::new(RequestSettings::from_config(config));
+        *self.config.write() = Arc::new(config.clone());
         Ok(())
     }
 }

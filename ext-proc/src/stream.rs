@@ -303,6 +303,9 @@ impl StreamState {
             Some(s) => s.clone(),
             None => self.shared.settings().default_strategy_text.clone(),
         };
+        self.shared
+            .decisions
+            .record(self.info.request_id.as_deref(), model, &strategy, &decision);
         tracing::debug!(
             request_id = self.info.request_id.as_deref().unwrap_or(""),
             pod = &*decision.pod_name,

@@ -208,7 +208,10 @@ impl Fleet {
             let state = if e.routable { "ready" } else { "unready" };
             self.metrics
                 .pods
-                .get_or_create(&vec![("model", e.model.clone()), ("state", state.to_owned())])
+                .get_or_create(&vec![
+                    ("model", e.model.clone()),
+                    ("state", state.to_owned()),
+                ])
                 .inc();
         }
     }

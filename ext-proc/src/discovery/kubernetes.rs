@@ -159,7 +159,9 @@ async fn pool(
     let pools: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), namespace, &pool_resource());
     let pool_config = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let mut pool_events = watcher::watcher(pools, pool_config).default_backoff().boxed();
+    let mut pool_events = watcher::watcher(pools, pool_config)
+        .default_backoff()
+        .boxed();
     let mut spec: Option<PoolSpec> = None;
     let mut pod_events: Option<Events<Pod>> = None;
     let mut relists = Relists::default();

@@ -217,7 +217,10 @@ pub(crate) mod tests {
         );
         let e = aibrix_endpoint(&p).unwrap();
         assert_eq!((e.address.as_str(), e.routable), ("[fd00::1]:8080", false));
-        assert_eq!(aibrix_endpoint(&pod("x", &[], Some("10.0.0.1"), true)), None);
+        assert_eq!(
+            aibrix_endpoint(&pod("x", &[], Some("10.0.0.1"), true)),
+            None
+        );
         let no_ip = pod("y", &[(MODEL_LABEL, "llama")], None, false);
         assert_eq!(aibrix_endpoint(&no_ip), None);
         let worker = pod(
