@@ -13,8 +13,11 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+
+use crate::connection::Tracked;
 
 use crate::shared::Shared;
 
@@ -65,22 +68,20 @@ pub fn handle(
     }
 }
 
-/// Serves admin requests on `listener` until `stop` changes.
+/// Serves admin requests on the connections of `incoming` (plain or TLS,
+/// [`crate::connection::incoming`]) until `stop` changes.
 pub async fn serve(
-    listener: TcpListener,
+    mut incoming: ReceiverStream<std::io::Result<Tracked>>,
     registry: Arc<Registry>,
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
         let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
+            next = incoming.next() => match next {
+                Some(Ok(s)) => s,
+                Some(Err(_)) => continue,
+                None => return,
             },
             _ = stop.changed() => return,
         };

@@ -61,6 +61,19 @@ pub enum Command {
         /// Turn the response-headers phase off (no target-pod & co. to clients; cheaper).
         #[arg(long)]
         no_response_headers: bool,
+        /// TLS to kvroute: the CA file (as Envoy sees it) that signed kvroute's certificate.
+        /// Required when the configuration has [listen.tls].
+        #[arg(long)]
+        tls_ca: Option<String>,
+        /// Envoy's client certificate chain, when kvroute requires one (client_ca).
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<String>,
+        /// The key of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<String>,
+        /// The server name Envoy sends to kvroute (SNI).
+        #[arg(long, default_value = "kvroute-ext-proc")]
+        tls_sni: String,
     },
 }
 

@@ -124,6 +124,8 @@ pub struct ListenSection {
     pub grpc: Option<SocketAddr>,
     /// `/metrics`, `/healthz`, `/readyz` (default `127.0.0.1:9464`).
     pub admin: Option<SocketAddr>,
+    /// `[listen.tls]`: TLS on the listeners ([`crate::tls`]).
+    pub tls: Option<crate::tls::TlsSection>,
 }
 
 /// `[routing]`
@@ -311,6 +313,8 @@ pub struct Config {
     pub grpc_listen: SocketAddr,
     /// Admin HTTP listen address.
     pub admin_listen: SocketAddr,
+    /// TLS on the listeners, when configured.
+    pub tls: Option<crate::tls::TlsSection>,
     /// Router parameters (default strategy included).
     pub router: RouterConfig,
     /// The default strategy as written, echoed in the `routing-strategy` response header.
@@ -506,6 +510,7 @@ pub fn build(
             .admin_listen
             .or(file.listen.admin)
             .unwrap_or_else(|| parse_addr(DEFAULT_ADMIN_LISTEN)),
+        tls: file.listen.tls.clone(),
         router,
         default_strategy_text,
         default_model,

@@ -60,20 +60,40 @@ pub fn harden(server: tonic::transport::Server) -> tonic::transport::Server {
         .initial_stream_window_size(Some(STREAM_WINDOW))
 }
 
-/// A TCP connection that records when it ends: at end of file, a read or write error, or
-/// when it is dropped. h2 reads the end of a connection before it fails the connection's
-/// streams, so a stream dropped after that sees [`ConnInfo::is_alive`] false.
+/// A connection's byte stream: plain TCP, or TLS over it ([`crate::tls`]).
+#[derive(Debug)]
+pub enum Io {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS (handshake done).
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+/// A connection that records when it ends: at end of file, a read or write error, or when it
+/// is dropped. h2 reads the end of a connection before it fails the connection's streams, so
+/// a stream dropped after that sees [`ConnInfo::is_alive`] false.
 #[derive(Debug)]
 pub struct Tracked {
-    io: TcpStream,
+    io: Io,
+    peer: Option<SocketAddr>,
     alive: Arc<AtomicBool>,
 }
 
 impl Tracked {
-    /// Tracks `io`.
+    /// Tracks a plain TCP connection.
     pub fn new(io: TcpStream) -> Self {
+        Tracked::with(Io::Plain(io))
+    }
+
+    /// Tracks `io`.
+    pub fn with(io: Io) -> Self {
+        let peer = match &io {
+            Io::Plain(s) => s.peer_addr().ok(),
+            Io::Tls(s) => s.get_ref().0.peer_addr().ok(),
+        };
         Tracked {
             io,
+            peer,
             alive: Arc::new(AtomicBool::new(true)),
         }
     }
@@ -109,10 +129,122 @@ impl Connected for Tracked {
 
     fn connect_info(&self) -> ConnInfo {
         ConnInfo {
-            remote: self.io.peer_addr().ok(),
+            remote: self.peer,
             alive: self.alive.clone(),
         }
     }
+}
+
+impl AsyncRead for Io {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Io {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
+    }
+}
+
+/// Time a client gets to complete its TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The connections `listener` accepts (with `TCP_NODELAY`; through a TLS handshake when
+/// `tls` is set, each on its own task so that a slow client delays nobody else), until the
+/// returned stream is dropped. Accept errors and failed handshakes are logged and skipped.
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    what: &'static str,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<Tracked>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(listener = what, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => return,
+            };
+            let _ = tcp.set_nodelay(true);
+            match &tls {
+                None => {
+                    if tx.send(Ok(Tracked::new(tcp))).await.is_err() {
+                        return;
+                    }
+                }
+                Some(acceptor) => {
+                    let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                            Ok(Ok(s)) => {
+                                let _ = tx.send(Ok(Tracked::with(Io::Tls(Box::new(s))))).await;
+                            }
+                            Ok(Err(e)) => {
+                                tracing::warn!(listener = what, %peer, error = %e, "TLS handshake failed")
+                            }
+                            Err(_) => {
+                                tracing::warn!(listener = what, %peer, "TLS handshake timed out")
+                            }
+                        }
+                    });
+                }
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 impl AsyncRead for Tracked {

@@ -1,7 +1,7 @@
 //! Renders `envoy/envoy.template.yaml` for a kvroute [`Config`]: Envoy's listener and admin
 //! addresses, the ext_proc address (kvroute's gRPC listener), the round-robin fallback pool
 //! (every configured pod), the buffer limit, kvroute's body limit (in Envoy's own 413 message)
-//! and the response-headers phase.
+//! the response-headers phase, and TLS to kvroute when its listeners serve it.
 
 use std::net::SocketAddr;
 
@@ -11,7 +11,7 @@ use crate::config::Config;
 pub const TEMPLATE: &str = include_str!("../../envoy/envoy.template.yaml");
 
 /// Envoy-side settings that are not in the kvroute configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EnvoyOptions {
     /// Where Envoy listens for clients.
     pub listen: SocketAddr,
@@ -19,6 +19,43 @@ pub struct EnvoyOptions {
     pub admin: SocketAddr,
     /// `response_header_mode: SEND` (client gets `target-pod` & co.) or `SKIP`.
     pub response_headers: bool,
+    /// TLS from Envoy to kvroute's gRPC listener (`[listen.tls]`), as Envoy reads it.
+    pub tls: Option<EnvoyTls>,
+}
+
+/// Envoy's side of TLS to kvroute: files as Envoy sees them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvoyTls {
+    /// The CA that signed kvroute's certificate.
+    pub ca: String,
+    /// Envoy's client certificate chain and key, when kvroute requires one (`client_ca`).
+    pub client_cert: Option<(String, String)>,
+    /// The server name Envoy sends (SNI).
+    pub sni: String,
+}
+
+/// The ext_proc cluster's transport socket for `tls`.
+fn transport_socket(tls: &EnvoyTls) -> String {
+    let mut s = format!(
+        "
+    transport_socket:                        # TLS to kvroute ([listen.tls])
+      name: envoy.transport_sockets.tls
+      typed_config:
+        \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: {}
+        common_tls_context:
+          alpn_protocols: [h2]
+          validation_context: {{ trusted_ca: {{ filename: {} }} }}",
+        tls.sni, tls.ca
+    );
+    if let Some((cert, key)) = &tls.client_cert {
+        s.push_str(&format!(
+            "
+          tls_certificates:                  # kvroute requires a client certificate (client_ca)
+          - {{ certificate_chain: {{ filename: {cert} }}, private_key: {{ filename: {key} }} }}"
+        ));
+    }
+    s
 }
 
 impl Default for EnvoyOptions {
@@ -27,6 +64,7 @@ impl Default for EnvoyOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 10000)),
             admin: SocketAddr::from(([127, 0, 0, 1], 9901)),
             response_headers: true,
+            tls: None,
         }
     }
 }
@@ -71,6 +109,10 @@ pub fn render(config: &Config, opts: &EnvoyOptions) -> String {
         .replace("__EXT_PROC_ADDRESS__", &ip(config.grpc_listen))
         .replace("__EXT_PROC_PORT__", &config.grpc_listen.port().to_string())
         .replace("__FALLBACK_ENDPOINTS__", &endpoints)
+        .replace(
+            "__EXT_PROC_TLS__",
+            &opts.tls.as_ref().map(transport_socket).unwrap_or_default(),
+        )
 }
 
 #[cfg(test)]

@@ -45,6 +45,7 @@ pub mod shutdown;
 pub mod stream;
 pub mod stream_timing;
 pub mod ticket_guard;
+pub mod tls;
 
 use std::future::Future;
 use std::io::Write;
@@ -52,11 +53,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_server::ExternalProcessorServer;
-use futures_util::StreamExt;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::ServingStatus;
 
 use crate::config::{Config, ConfigSource};
@@ -81,6 +80,9 @@ pub enum Error {
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    /// TLS could not be set up.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
 
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
@@ -157,8 +159,17 @@ pub async fn run(
     health.set_service_status("", ServingStatus::Serving).await;
 
     let (stop_tx, stop_rx) = watch::channel(false);
+    let (grpc_tls, admin_tls) = match &config.tls {
+        Some(t) => (
+            Some(t.acceptor(&[b"h2"])?),
+            t.on_admin()
+                .then(|| t.acceptor(&[b"http/1.1"]))
+                .transpose()?,
+        ),
+        None => (None, None),
+    };
     tokio::spawn(admin::serve(
-        admin,
+        connection::incoming(admin, admin_tls, "admin"),
         registry,
         shared.clone(),
         stop_rx.clone(),
@@ -175,12 +186,7 @@ pub async fn run(
 
     let ext_proc = ExternalProcessorServer::new(ExtProc::new(shared.clone()))
         .max_decoding_message_size(grpc_decode_limit(config.max_body_bytes));
-    let incoming = TcpListenerStream::new(grpc).map(|r| {
-        r.map(|s| {
-            let _ = s.set_nodelay(true);
-            connection::Tracked::new(s)
-        })
-    });
+    let incoming = connection::incoming(grpc, grpc_tls, "grpc");
     let (drain_tx, drain_rx) = tokio::sync::oneshot::channel::<()>();
     let server = connection::harden(tonic::transport::Server::builder())
         .add_service(health_service)

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use kvroute_ext_proc::cli::{Cli, Command};
-use kvroute_ext_proc::envoy_config::{self, EnvoyOptions};
+use kvroute_ext_proc::envoy_config::{self, EnvoyOptions, EnvoyTls};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -21,12 +21,29 @@ fn main() -> ExitCode {
         listen,
         admin,
         no_response_headers,
+        tls_ca,
+        tls_cert,
+        tls_key,
+        tls_sni,
     }) = cli.command
     {
+        let tls = match (config.tls.is_some(), tls_ca) {
+            (true, None) => {
+                eprintln!("kvroute-ext-proc: the configuration has [listen.tls]: envoy-config needs --tls-ca (and --tls-cert/--tls-key when client_ca is set)");
+                return ExitCode::from(2);
+            }
+            (_, Some(ca)) => Some(EnvoyTls {
+                ca,
+                client_cert: tls_cert.zip(tls_key),
+                sni: tls_sni,
+            }),
+            (false, None) => None,
+        };
         let opts = EnvoyOptions {
             listen,
             admin,
             response_headers: !no_response_headers,
+            tls,
         };
         print!("{}", envoy_config::render(&config, &opts));
         return ExitCode::SUCCESS;

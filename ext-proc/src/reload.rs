@@ -80,6 +80,9 @@ pub fn restart_only_changes(startup: &Config, new: &Config) -> Vec<&'static str>
     if new.discovery != startup.discovery {
         changed.push("discovery");
     }
+    if new.tls != startup.tls {
+        changed.push("listen.tls");
+    }
     if crate::grpc_decode_limit(new.max_body_bytes)
         > crate::grpc_decode_limit(startup.max_body_bytes)
     {
