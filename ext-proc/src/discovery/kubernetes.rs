@@ -80,7 +80,7 @@ fn on_pod_event(
     event: Result<Event<Pod>, watcher::Error>,
     endpoints: &dyn Fn(&Pod) -> Vec<Endpoint>,
 ) {
-    let name = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
+    let name = pods::key;
     match event {
         Ok(Event::Init) => {
             relists.0.insert(scope, BTreeMap::new());
@@ -125,7 +125,10 @@ async fn aibrix(
             .map(|(scope, api)| tagged(api, config.clone(), scope)),
     );
     let mut relists = Relists::default();
-    let endpoints = |p: &Pod| pods::aibrix_endpoint(p).into_iter().collect();
+    // One namespace: pods are named as in it (AIBrix's `target-pod`); several or all: a name
+    // can repeat across them, so `namespace/name`.
+    let qualified = namespaces.len() != 1;
+    let endpoints = |p: &Pod| pods::aibrix_endpoint(p, qualified).into_iter().collect();
     loop {
         tokio::select! {
             next = events.next() => match next {
@@ -166,6 +169,9 @@ async fn pool(
     let mut pod_events: Option<Events<Pod>> = None;
     let mut relists = Relists::default();
     let mut listed_pool = false;
+    // Whether the pool was in the current (re)list: a pool deleted while the watch was down
+    // shows only as its absence from the relist.
+    let mut pool_in_list = false;
     loop {
         let next_pod = async {
             match pod_events.as_mut() {
@@ -177,14 +183,28 @@ async fn pool(
             event = pool_events.next() => {
                 let Some(event) = event else { return };
                 let seen = match event {
-                    Ok(Event::Apply(p) | Event::InitApply(p)) => Some(Some(p)),
+                    Ok(Event::InitApply(p)) => {
+                        pool_in_list = true;
+                        Some(Some(p))
+                    }
+                    Ok(Event::Apply(p)) => Some(Some(p)),
                     Ok(Event::Delete(_)) => Some(None),
-                    Ok(Event::Init) => None,
-                    Ok(Event::InitDone) => {
-                        if !listed_pool && spec.is_none() {
+                    Ok(Event::Init) => {
+                        pool_in_list = false;
+                        None
+                    }
+                    Ok(Event::InitDone) if !pool_in_list => {
+                        if !listed_pool || spec.is_some() {
                             tracing::error!(pool = name, namespace, "discovery: InferencePool not found; no pods until it exists");
-                            fleet.replace(POOL_PODS, BTreeMap::new());
                         }
+                        listed_pool = true;
+                        spec = None;
+                        pod_events = None;
+                        relists = Relists::default();
+                        fleet.replace(POOL_PODS, BTreeMap::new());
+                        None
+                    }
+                    Ok(Event::InitDone) => {
                         listed_pool = true;
                         None
                     }

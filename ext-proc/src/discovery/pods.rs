@@ -62,9 +62,20 @@ fn address(ip: &str, port: u16) -> String {
     }
 }
 
+/// The key of a pod across namespaces: `namespace/name`.
+pub fn key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
 /// AIBrix mode: the pod's endpoint, if it is one of a model's pods and has an IP. A pod
-/// without an IP yet, without the model label or a KubeRay worker has none.
-pub fn aibrix_endpoint(pod: &Pod) -> Option<Endpoint> {
+/// without an IP yet, without the model label or a KubeRay worker has none. Its router name
+/// is the pod's name, or `namespace/name` when `qualified` (a watch over several namespaces,
+/// where two pods may share a name).
+pub fn aibrix_endpoint(pod: &Pod, qualified: bool) -> Option<Endpoint> {
     let labels = pod.metadata.labels.as_ref()?;
     let model = labels.get(MODEL_LABEL).filter(|m| !m.is_empty())?;
     if labels.get(RAY_NODE_TYPE).map(String::as_str) == Some("worker") {
@@ -75,8 +86,9 @@ pub fn aibrix_endpoint(pod: &Pod) -> Option<Endpoint> {
         .and_then(|p| p.parse::<u16>().ok())
         .filter(|p| *p > 0)
         .unwrap_or(DEFAULT_PORT);
+    let name = pod.metadata.name.clone()?;
     Some(Endpoint {
-        name: pod.metadata.name.clone()?,
+        name: if qualified { key(pod) } else { name },
         model: model.clone(),
         address: address(pod_ip(pod)?, port),
         routable: routable(pod),
@@ -201,7 +213,7 @@ pub(crate) mod tests {
     fn aibrix_pods_are_read_from_their_labels() {
         let p = pod("vllm-0", &[(MODEL_LABEL, "llama")], Some("10.1.2.3"), true);
         assert_eq!(
-            aibrix_endpoint(&p),
+            aibrix_endpoint(&p, false),
             Some(Endpoint {
                 name: "vllm-0".into(),
                 model: "llama".into(),
@@ -222,14 +234,14 @@ pub(crate) mod tests {
             None
         );
         let no_ip = pod("y", &[(MODEL_LABEL, "llama")], None, false);
-        assert_eq!(aibrix_endpoint(&no_ip), None);
+        assert_eq!(aibrix_endpoint(&no_ip, false), None);
         let worker = pod(
             "z",
             &[(MODEL_LABEL, "llama"), (RAY_NODE_TYPE, "worker")],
             Some("10.0.0.1"),
             true,
         );
-        assert_eq!(aibrix_endpoint(&worker), None);
+        assert_eq!(aibrix_endpoint(&worker, false), None);
     }
 
     #[test]

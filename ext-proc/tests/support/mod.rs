@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod k8s;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
