@@ -12,8 +12,9 @@ use crate::env::EnvSnapshot;
 #[derive(Clone, Debug, Parser)]
 #[command(name = "kvroute-ext-proc", version, about)]
 pub struct Cli {
-    /// TOML configuration file (reloaded on SIGHUP and on change).
-    #[arg(long, short = 'c', env = "KVROUTE_CONFIG")]
+    /// TOML configuration file (reloaded on SIGHUP and on change). Accepted before or after
+    /// the subcommand.
+    #[arg(long, short = 'c', env = "KVROUTE_CONFIG", global = true)]
     pub config: Option<PathBuf>,
     /// ext_proc + gRPC health listen address (port 0 = any free port).
     #[arg(long)]

@@ -242,7 +242,7 @@ impl StreamState {
         if self.body_in_chunks && !end_of_stream {
             // STREAMED or FULL_DUPLEX_STREAMED: a misconfiguration that cannot route, since
             // Envoy sends the headers upstream after its reply to them, before the body is
-            // here (../shared/docs/envoy-extproc.md). Collect and route at the last chunk
+            // here (measured against Envoy 1.40). Collect and route at the last chunk
             // anyway; the decision takes effect only if the whole body came at once.
             return Ok(respond::continue_body(true));
         }

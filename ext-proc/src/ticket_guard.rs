@@ -29,7 +29,7 @@
 //!   computed, and a non-streaming response's only after the last one.
 //! - Client aborts mid-response cannot be told from normal ends: with `response_trailer_mode:
 //!   SEND` and body `NONE`, Envoy ends the side stream the same clean way for both
-//!   (`../shared/docs/envoy-completion.md`). Such a request reports `Success` with a short
+//!   (measured against Envoy 1.40). Such a request reports `Success` with a short
 //!   `total_ms`; the core's bounded learning limits what one such sample can move.
 
 use std::time::Instant;

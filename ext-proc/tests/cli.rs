@@ -57,3 +57,27 @@ fn starting_without_models_is_an_error_unless_asked_for() {
         "{stderr}"
     );
 }
+
+#[test]
+fn config_is_accepted_after_the_subcommand_too() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let example = format!("{root}/envoy/kvroute.example.toml");
+    let render = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_kvroute-ext-proc"))
+            .args(args)
+            .env_remove("KVROUTE_CONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let before = render(&["--config", &example, "envoy-config"]);
+    let after = render(&["envoy-config", "--config", &example]);
+    assert_eq!(before, after);
+    let shipped = std::fs::read(format!("{root}/envoy/envoy.yaml")).unwrap();
+    assert_eq!(after, shipped);
+}
