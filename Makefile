@@ -15,7 +15,7 @@ DEMO_TARGET := demo-core
 
 -include $(sort $(wildcard mk/*.mk))
 
-.PHONY: test demo test-rust fmt-check lint lint-core demo-core
+.PHONY: test demo test-rust fmt-check lint lint-core demo-core image
 test: fmt-check lint-core test-rust $(TEST_TARGETS)
 	@echo "make test: all test suites passed"
 
@@ -41,3 +41,9 @@ demo: $(DEMO_TARGET)
 # and prints where each request went and why.
 demo-core:
 	$(CARGO) run --release -q -p kvroute-core --example study_prompts
+
+# The kvroute-ext-proc container image (OCI and docker-archive tarballs under target/image/),
+# assembled from a static binary with Debian's umoci and skopeo: no base image is pulled.
+# Not part of `make test` (minutes, and it needs root for runc's smoke run). See deploy/README.md.
+image:
+	bash deploy/build-image.sh --smoke

@@ -23,7 +23,8 @@ use super::{KubernetesConfig, Mode};
 type Events<K> = Pin<Box<dyn Stream<Item = (usize, Result<Event<K>, watcher::Error>)> + Send>>;
 
 /// Builds the API client: `api_server` when given (no credentials: a local proxy or a test
-/// server), else the in-cluster service account, else the local kubeconfig.
+/// server), else what `kube::Config::infer` finds (the local kubeconfig, else the in-cluster
+/// service account).
 async fn client(cfg: &KubernetesConfig) -> Result<kube::Client, String> {
     let config = match &cfg.api_server {
         Some(url) => kube::Config::new(url.parse().map_err(|e| format!("{e}"))?),

@@ -57,7 +57,7 @@ pub struct KubernetesSection {
     /// InferencePool mode: its namespace (default `default`).
     pub pool_namespace: Option<String>,
     /// The API server's URL, without credentials (a `kubectl proxy`, or a test server);
-    /// default: the in-cluster service account, else the local kubeconfig.
+    /// default: the local kubeconfig if there is one, else the in-cluster service account.
     pub api_server: Option<String>,
 }
 
