@@ -37,12 +37,27 @@ pub struct Metrics {
     stream_ends: Family<Labels, Counter>,
     release_errors: Counter,
     reloads: Family<Labels, Counter>,
+    reload_ok: Gauge,
     scrape_errors: Family<Labels, Counter>,
     timed_responses: Counter,
     timed_without_body: Counter,
     /// Whether any timed response's body has reached kvroute.
     timed_body_seen: AtomicBool,
 }
+
+/// Every `kvroute_requests_rejected_total{kind}` ([`crate::respond::Reject::kind`]).
+pub const REJECT_KINDS: [&str; 7] = [
+    "model_not_found",
+    "no_ready_pod",
+    "no_pod_in_subset",
+    "bad_strategy",
+    "bad_body",
+    "no_messages",
+    "too_large",
+];
+
+/// Every `kvroute_ext_proc_stream_ends_total{how}` ([`crate::service`]).
+pub const STREAM_ENDS: [&str; 3] = ["closed", "connection_lost", "error"];
 
 /// Timed successes without a body, none ever with one, after which kvroute warns that Envoy
 /// ignores the mode override (one could be a client gone before the first token).
@@ -62,6 +77,7 @@ impl Metrics {
             stream_ends: Family::default(),
             release_errors: Counter::default(),
             reloads: Family::default(),
+            reload_ok: Gauge::default(),
             scrape_errors: Family::default(),
             timed_responses: Counter::default(),
             timed_without_body: Counter::default(),
@@ -112,6 +128,24 @@ impl Metrics {
             "Timed responses that succeeded without any body chunk reaching kvroute: Envoy ignored the mode override (set allow_mode_override: true on the ext_proc filter), or the client went away before the first token",
             m.timed_without_body.clone(),
         );
+        registry.register(
+            "kvroute_config_last_reload_successful",
+            "1 while the configuration in force is the file's latest version (start-up or last reload applied), 0 after a refused reload until one applies",
+            m.reload_ok.clone(),
+        );
+        m.reload_ok.set(1);
+        // Known label values start at 0, so that rate() and increase() see their first event.
+        for result in ["ok", "error"] {
+            let _ = m
+                .reloads
+                .get_or_create(&vec![("result", result.to_owned())]);
+        }
+        for kind in REJECT_KINDS {
+            let _ = m.rejects.get_or_create(&vec![("kind", kind.to_owned())]);
+        }
+        for how in STREAM_ENDS {
+            let _ = m.stream_ends.get_or_create(&vec![("how", how.to_owned())]);
+        }
         registry.register_collector(Box::new(RouterCollector { router, engines }));
         m
     }
@@ -185,6 +219,14 @@ impl Metrics {
         self.reloads
             .get_or_create(&vec![("result", result.to_owned())])
             .inc();
+        self.reload_ok.set(i64::from(result == "ok"));
+    }
+
+    /// Makes the pod's scrape-error counter exist (at 0 until its first error).
+    pub fn scraped(&self, pod: &str) {
+        let _ = self
+            .scrape_errors
+            .get_or_create(&vec![("pod", pod.to_owned())]);
     }
 }
 
@@ -322,6 +364,19 @@ impl prometheus_client::collector::Collector for RouterCollector {
             "kvroute_pod_routed",
             "Requests routed to the pod",
             &pod_routed,
+        )?;
+        let mut info = vec![];
+        for p in &stats.pods {
+            for m in &p.models {
+                let l = kv(&[("pod", &p.name), ("address", &p.address), ("model", m)]);
+                info.push((l, 1i64));
+            }
+        }
+        gauge(
+            &mut enc,
+            "kvroute_pod_info",
+            "1 for each model a pod serves (joins per-pod series to models)",
+            &info,
         )?;
         let (mut ejected, mut ejections, mut checks_failing) = (vec![], vec![], vec![]);
         for p in &stats.pods {
@@ -504,4 +559,43 @@ pub fn render(registry: &Registry) -> String {
     // A fmt::Write into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, registry);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::respond::Reject;
+
+    #[test]
+    fn known_label_values_start_at_zero_and_cover_every_kind() {
+        let every = [
+            Reject::UnknownModel("m".into()),
+            Reject::NoReadyPod("m".into()),
+            Reject::NoPodInSubset("m".into()),
+            Reject::BadStrategy("s".into()),
+            Reject::BadBody("b".into()),
+            Reject::NoMessages,
+            Reject::TooLarge { limit: 1 },
+        ];
+        for r in &every {
+            assert!(REJECT_KINDS.contains(&r.kind()), "{}", r.kind());
+        }
+        let c = crate::config::from_toml(
+            "[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]",
+        );
+        let mut registry = Registry::default();
+        let shared = crate::shared::Shared::new(&c, &mut registry).unwrap();
+        let text = render(&registry);
+        for line in [
+            "kvroute_config_reloads_total{result=\"error\"} 0",
+            "kvroute_requests_rejected_total{kind=\"too_large\"} 0",
+            "kvroute_ext_proc_stream_ends_total{how=\"connection_lost\"} 0",
+            "kvroute_config_last_reload_successful 1",
+            "kvroute_pod_info{pod=\"a\",address=\"10.0.0.1:80\",model=\"m\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing in\n{text}");
+        }
+        shared.metrics.reloaded("error");
+        assert!(render(&registry).contains("kvroute_config_last_reload_successful 0"));
+    }
 }

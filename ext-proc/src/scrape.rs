@@ -312,6 +312,7 @@ async fn round(shared: &Shared, timeout: Duration, failing: &mut HashMap<String,
     failing.retain(|name, _| pods.iter().any(|(_, n, _)| n == name));
     for ((id, name, address), (answered, result)) in pods.iter().zip(results) {
         report_check(shared, *id, name, address, answered);
+        shared.metrics.scraped(name);
         let was_failing = failing.get(name).copied();
         match result {
             Ok(snapshot) => {

@@ -227,12 +227,11 @@ pub(crate) mod tests {
             Some("fd00::1"),
             false,
         );
-        let e = aibrix_endpoint(&p).unwrap();
+        let e = aibrix_endpoint(&p, true).unwrap();
         assert_eq!((e.address.as_str(), e.routable), ("[fd00::1]:8080", false));
-        assert_eq!(
-            aibrix_endpoint(&pod("x", &[], Some("10.0.0.1"), true)),
-            None
-        );
+        assert_eq!(e.name, "default/vllm-1", "qualified with its namespace");
+        let unlabelled = pod("x", &[], Some("10.0.0.1"), true);
+        assert_eq!(aibrix_endpoint(&unlabelled, false), None);
         let no_ip = pod("y", &[(MODEL_LABEL, "llama")], None, false);
         assert_eq!(aibrix_endpoint(&no_ip, false), None);
         let worker = pod(
