@@ -61,7 +61,11 @@ pub fn handle(
         "/healthz" => reply(StatusCode::OK, TEXT, "ok\n"),
         "/readyz" if shared.is_ready() => reply(StatusCode::OK, TEXT, "ready\n"),
         "/readyz" => reply(StatusCode::SERVICE_UNAVAILABLE, TEXT, "not ready\n"),
-        "/debug/pods" => json(&crate::introspect::pods(shared)),
+        "/debug/pods" => {
+            let pods = shared.router.lock().pods();
+            let engines = shared.engines.lock().clone();
+            json(&crate::introspect::pods(&pods, &engines, shared.now()))
+        }
         "/debug/decisions" => json(&shared.decisions.to_json()),
         "/debug/config" => json(&crate::introspect::config(&shared.config())),
         _ => reply(StatusCode::NOT_FOUND, TEXT, "not found\n"),

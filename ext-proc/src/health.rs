@@ -1,7 +1,7 @@
 //! Pod health in kvroute-ext-proc: the `[health]` section, how a response's end as Envoy
 //! reports it becomes a [`kvroute_core::Outcome`], and the log line of each health change.
 //! The rules themselves (ejection, probes, caps, active checks) are the core's
-//! ([`kvroute_core::HealthConfig`]); the active checks are run by [`crate::scrape`].
+//! ([`kvroute_core::HealthConfig`]); the active checks are run by the engine scraper.
 //!
 //! How an outcome is told ([`Outcome`] from [`ResponseEnd`]):
 //! - Envoy sends kvroute the response headers of every routed request

@@ -9,8 +9,9 @@ use kvroute_core::Decision;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
+use kvroute_core::{EngineSnapshot, PodInfo, Timestamp};
+
 use crate::config::Config;
-use crate::shared::Shared;
 
 /// Decisions kept for `/debug/decisions`.
 pub const DECISIONS_KEPT: usize = 256;
@@ -76,11 +77,12 @@ impl DecisionLog {
 }
 
 /// `/debug/pods`: every pod with its health, readiness, load, learned rates and last engine
-/// snapshot.
-pub fn pods(shared: &Shared) -> Value {
-    let now = shared.now();
-    let pods = shared.router.lock().pods();
-    let engines = shared.engines.lock().clone();
+/// snapshot (`engines`, by pod name), as of `now`.
+pub fn pods(
+    pods: &[PodInfo],
+    engines: &std::collections::BTreeMap<String, EngineSnapshot>,
+    now: Timestamp,
+) -> Value {
     Value::Array(
         pods.iter()
             .map(|p| {
@@ -208,18 +210,21 @@ mod tests {
     #[test]
     fn the_decision_log_keeps_the_newest_without_prompts() {
         let c = from_toml("[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
-        let sh = Shared::new(&c, &mut prometheus_client::registry::Registry::default()).unwrap();
+        let mut router = kvroute_core::Router::new(c.router.clone()).unwrap();
+        let pod = kvroute_core::PodSpec {
+            name: "a",
+            address: "10.0.0.1:80",
+            ready: true,
+        };
+        router.add_pod("m", pod).unwrap();
+        let now = Timestamp::from_millis(1);
         let log = DecisionLog::default();
-        let hashes = sh
-            .router
-            .lock()
+        let hashes = router
             .hash_config()
             .hashes(b"secret prompt text ".repeat(20).as_slice());
         for i in 0..DECISIONS_KEPT + 5 {
-            let d = sh
-                .router
-                .lock()
-                .route(kvroute_core::RouteRequest::new("m", &hashes), sh.now())
+            let d = router
+                .route(kvroute_core::RouteRequest::new("m", &hashes), now)
                 .unwrap();
             log.record(Some(&format!("r{i}")), "m", "prefix-cache", &d);
         }
@@ -228,7 +233,7 @@ mod tests {
         assert_eq!(all.len(), DECISIONS_KEPT);
         assert_eq!(all[0]["request_id"], format!("r{}", DECISIONS_KEPT + 4));
         assert!(!v.to_string().contains("secret"));
-        let pods = pods(&sh);
+        let pods = pods(&router.pods(), &Default::default(), now);
         assert_eq!(pods[0]["in_flight"], DECISIONS_KEPT + 5);
         assert_eq!(pods[0]["health"]["ejected"], false);
         let cfg = config(&c);

@@ -28,6 +28,7 @@ pub mod config;
 pub mod connection;
 pub mod discovery;
 pub mod env;
+pub mod engines;
 pub mod envoy_config;
 pub mod envoy_context;
 pub mod extract;

@@ -19,7 +19,7 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
-use crate::scrape::EngineTable;
+use crate::engines::EngineTable;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -580,11 +580,19 @@ mod tests {
         for r in &every {
             assert!(REJECT_KINDS.contains(&r.kind()), "{}", r.kind());
         }
-        let c = crate::config::from_toml(
-            "[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]",
-        );
+        let mut router = Router::new(kvroute_core::RouterConfig::default()).unwrap();
+        let pod = kvroute_core::PodSpec {
+            name: "a",
+            address: "10.0.0.1:80",
+            ready: true,
+        };
+        router.add_pod("m", pod).unwrap();
         let mut registry = Registry::default();
-        let shared = crate::shared::Shared::new(&c, &mut registry).unwrap();
+        let metrics = Metrics::register(
+            &mut registry,
+            Arc::new(Mutex::new(router)),
+            EngineTable::default(),
+        );
         let text = render(&registry);
         for line in [
             "kvroute_config_reloads_total{result=\"error\"} 0",
@@ -595,7 +603,7 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in\n{text}");
         }
-        shared.metrics.reloaded("error");
+        metrics.reloaded("error");
         assert!(render(&registry).contains("kvroute_config_last_reload_successful 0"));
     }
 }

@@ -18,7 +18,7 @@
 //! - Interval and timeout are read from the current settings each round (reloads apply);
 //!   interval 0 (`None`) turns scraping off and clears the table.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +26,6 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::rt::TokioIo;
 use kvroute_core::EngineSnapshot;
-use parking_lot::Mutex;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -61,8 +60,6 @@ pub enum ScrapeError {
     NoEngineMetrics,
 }
 
-/// The latest good snapshot per pod name (for the metrics export).
-pub type EngineTable = Arc<Mutex<BTreeMap<String, EngineSnapshot>>>;
 
 /// The vLLM series read (gauges, counters, histogram sums and counts), each summed over its
 /// label sets (the KV usage ratio: the largest), before conversion.

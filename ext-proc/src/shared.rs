@@ -15,7 +15,7 @@ use prometheus_client::registry::Registry;
 use crate::config::Config;
 use crate::introspect::DecisionLog;
 use crate::metrics::Metrics;
-use crate::scrape::EngineTable;
+use crate::engines::EngineTable;
 use crate::stream_timing::StreamBudget;
 
 /// The settings a request reads, swapped as a whole on reload.
@@ -86,7 +86,7 @@ pub struct Shared {
     pub router: Arc<Mutex<Router>>,
     /// Live metrics.
     pub metrics: Metrics,
-    /// The latest engine snapshot per pod name, written by [`crate::scrape`]. Never lock it
+    /// The latest engine snapshot per pod name, written by the engine scraper. Never lock it
     /// while holding the router lock's guard across it (take them one after the other).
     pub engines: EngineTable,
     /// The responses being timed ([`crate::stream_timing`]).

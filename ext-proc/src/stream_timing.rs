@@ -14,7 +14,7 @@
 //!   (`stream_options.include_usage`): prompt, output and cached
 //!   (`prompt_tokens_details.cached_tokens`) tokens.
 //!
-//! The ticket's completion reports them beside its total ([`crate::ticket_guard`]), so
+//! The ticket's completion reports them beside its total (the ticket guard), so
 //! least-ttft learns the pod's prefill rate, time per output token, bytes per token and cache
 //! reuse per request, as it does behind a streaming C or Go proxy, instead of from the
 //! engines' cumulative counters (which count a prompt's tokens when it is scheduled and its

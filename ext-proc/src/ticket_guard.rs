@@ -1,7 +1,7 @@
 //! [`TicketGuard`]: releases a routed request's in-flight slot exactly once.
 //!
 //! The guard is created right after [`kvroute_core::Router::route`] returns a decision and is
-//! owned by that request's [`crate::stream::StreamState`], which lives in the reply stream
+//! owned by that request's stream state, which lives in the reply stream
 //! tonic polls for the ext_proc stream (no task of its own: [`crate::service`]). With
 //! `response_trailer_mode: SEND` Envoy keeps that stream open until the HTTP response is over
 //! (finished, aborted, reset or failed) and closes it within about a millisecond
