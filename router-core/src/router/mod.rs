@@ -1,18 +1,21 @@
 //! The router façade: one owner, `&mut self` for every change, no IO.
 
+mod completion;
+mod health;
+
 use std::sync::Arc;
 
 use crate::config::{ConfigError, RouterConfig};
 use crate::decision::{Decision, LoadSnapshot, Prediction, Reason};
 use crate::hash::{BlockHash, HashConfig};
-use crate::health::{Admission, HealthEvent, Readmission, Verdict};
+use crate::health::Admission;
 use crate::ids::{ModelId, PodId, Ticket};
 use crate::index::PrefixIndex;
 use crate::registry::{PodInfo, PodSpec, Registry, RegistryError};
 use crate::select::{self, Candidate, PrefixCacheParams};
 use crate::stats::{match_bucket, ModelStats, RouterStats};
 use crate::strategy::{Strategy, StrategySpec};
-use crate::tickets::{Completion, Outcome, Released, TicketError, TicketTable, Timings};
+use crate::tickets::TicketTable;
 use crate::time::Timestamp;
 use crate::ttft::{self, EngineSnapshot, Estimate, GlobalModel, Job, TicketContext};
 
@@ -672,209 +675,6 @@ impl Router {
             excluded: s.excluded,
             health_probe,
         }
-    }
-
-    /// Releases the ticket's in-flight slot, exactly once. A second completion, or one for a
-    /// ticket that expired or was never issued, is an error and changes nothing. A successful
-    /// completion's timings teach `least-ttft`'s model; a first-token or total time longer than
-    /// the time since routing (as the router's clock saw it) is taken as that time.
-    pub fn complete(
-        &mut self,
-        ticket: Ticket,
-        completion: Completion,
-        now: Timestamp,
-    ) -> Result<Released, TicketError> {
-        let now = self.clock(now);
-        let open = self.tickets.take(ticket)?;
-        self.tickets.stats.completed[completion.outcome.index()] += 1;
-        // Released before anything is learned: the slot is freed whatever learning does.
-        let mut released = self.release(ticket, open.pod, open.model, open.issued, now);
-        if !released.orphaned {
-            released.health = self.judge(open.pod, ticket, completion.outcome, now);
-        }
-        if completion.outcome == Outcome::Success {
-            if let Ok(p) = self.registry.pod_mut(open.pod) {
-                let timings = completion.timings.at_most(now.millis_since(open.issued));
-                ttft::learn(
-                    &mut p.model,
-                    &mut self.global,
-                    &self.config.ttft,
-                    open.context,
-                    &timings,
-                );
-            }
-        }
-        Ok(released)
-    }
-
-    /// Reports the first token of an open request, as soon as the shell sees it (streaming
-    /// proxies see it long before the completion). Only `first_token_ms` (time from routing to
-    /// the first token; `None` = until `now`, and never more than that), `prompt_tokens` and
-    /// `cached_tokens` of
-    /// `timings` are read. The time teaches least-ttft's prefill rate or overhead a whole decode
-    /// earlier than the completion would; prompt and cached tokens, when given (a stream
-    /// carries usage at its first token only with vLLM's continuous usage stats), teach bytes
-    /// per token and `trust`/`extra`, else the completion's usage does. What a report taught,
-    /// the completion does not learn again, and the request's prefill counts as over from
-    /// then on. Optional: a shell that never calls it loses nothing but that head start.
-    /// Nothing is released; an unknown or closed ticket is an error and changes nothing, and a
-    /// second report for the same ticket is ignored.
-    pub fn first_token(
-        &mut self,
-        ticket: Ticket,
-        timings: Timings,
-        now: Timestamp,
-    ) -> Result<(), TicketError> {
-        let now = self.clock(now);
-        let open = self.tickets.get_mut(ticket)?;
-        if open.context.first_token_learned {
-            return Ok(());
-        }
-        let (pod, issued) = (open.pod, open.issued);
-        let since_routed = now.millis_since(issued);
-        let timings = timings.at_most(since_routed);
-        let elapsed_ms = timings.first_token_ms.unwrap_or(since_routed);
-        let timings = Timings {
-            first_token_ms: Some(elapsed_ms),
-            ..timings
-        };
-        match self.registry.pod_mut(pod) {
-            Ok(p) => {
-                ttft::learn_first_token(
-                    &mut p.model,
-                    &mut self.global,
-                    &self.config.ttft,
-                    &mut open.context,
-                    &timings,
-                );
-                // A probe is answered once its cached tokens have been learned.
-                let answered = open.context.usage_learned && timings.cached_tokens.is_some();
-                p.model
-                    .first_token(ticket, issued.add_millis(elapsed_ms), answered);
-            }
-            Err(_) => open.context.first_token_learned = true,
-        }
-        Ok(())
-    }
-
-    fn release(
-        &mut self,
-        ticket: Ticket,
-        pod: PodId,
-        model: ModelId,
-        issued: Timestamp,
-        now: Timestamp,
-    ) -> Released {
-        let orphaned = match self.registry.pod_mut(pod) {
-            Ok(p) => {
-                debug_assert!(p.in_flight > 0, "in-flight underflow on {pod}");
-                p.in_flight = p.in_flight.saturating_sub(1);
-                p.model.forget_ticket(ticket);
-                false
-            }
-            Err(_) => {
-                self.tickets.stats.orphaned += 1;
-                true
-            }
-        };
-        Released {
-            pod,
-            model,
-            orphaned,
-            age_ms: now.millis_since(issued),
-            health: None,
-        }
-    }
-
-    // ----- health -----
-
-    /// Applies the outcome of `ticket` to the health of `pod` (live): ejection within the
-    /// models' caps, probe results.
-    fn judge(
-        &mut self,
-        pod: PodId,
-        ticket: Ticket,
-        outcome: Outcome,
-        now: Timestamp,
-    ) -> Option<HealthEvent> {
-        let cfg = self.config.health;
-        let verdict = self.registry.pods[pod.index()]
-            .health
-            .on_outcome(ticket, outcome, &cfg);
-        let health = &mut self.registry.pods[pod.index()].health;
-        match verdict {
-            Verdict::Nothing => None,
-            Verdict::Readmitted => Some(health.readmit(Readmission::Probe, now)),
-            Verdict::Reeject(reason) => Some(health.eject(reason, now, &cfg)),
-            Verdict::Eject(reason) => {
-                if self.may_eject(pod) {
-                    let health = &mut self.registry.pods[pod.index()].health;
-                    Some(health.eject(reason, now, &cfg))
-                } else {
-                    self.registry.pods[pod.index()].health.reset_counts();
-                    Some(HealthEvent::EjectionSkipped { reason })
-                }
-            }
-        }
-    }
-
-    /// Whether ejecting `pod` keeps every model it serves within
-    /// [`crate::HealthConfig::max_ejection_percent`] and with another pod in service (ready,
-    /// not ejected, checks passing).
-    fn may_eject(&self, pod: PodId) -> bool {
-        let reg = &self.registry;
-        reg.pods[pod.index()].models.iter().all(|m| {
-            let pods = &reg.models[m.index()].pods;
-            let (mut ejected, mut others_in_service) = (0, 0);
-            for &p in pods {
-                let h = &reg.pods[p.index()].health;
-                if h.is_ejected() {
-                    ejected += 1;
-                } else if p != pod && reg.pods[p.index()].ready && h.in_service() {
-                    others_in_service += 1;
-                }
-            }
-            others_in_service > 0 && ejected < self.config.health.max_ejected(pods.len())
-        })
-    }
-
-    /// Reports an active health check of `pod` (a scrape of its engine's `/metrics` or a
-    /// `GET /health`) that passed or failed at `now`. Failing checks take the pod out of
-    /// service; a passing one after failures can end an ejection for gateway failures (see
-    /// [`crate::HealthConfig`]). Returns what changed.
-    pub fn report_health_check(
-        &mut self,
-        pod: PodId,
-        passed: bool,
-        now: Timestamp,
-    ) -> Result<Option<HealthEvent>, RegistryError> {
-        let now = self.clock(now);
-        let cfg = self.config.health;
-        Ok(self
-            .registry
-            .pod_mut(pod)?
-            .health
-            .on_check(passed, now, &cfg))
-    }
-
-    /// The shell can no longer observe how `ticket` ends (its proxy connection dropped while
-    /// the response goes on): instead of releasing the slot now, while the pod is still
-    /// working, the router keeps it until the request's predicted end (its predicted wait,
-    /// prefill and a decode of the expected length), then releases it as
-    /// [`crate::TicketStats::detached_released`]. A completion before then releases it as
-    /// usual. Returns the release time. An unknown or closed ticket is an error and changes
-    /// nothing.
-    pub fn detach(&mut self, ticket: Ticket, now: Timestamp) -> Result<Timestamp, TicketError> {
-        let now = self.clock(now);
-        let open = self.tickets.get_mut(ticket)?;
-        let (pod, issued, context) = (open.pod, open.issued, open.context);
-        let end = match self.registry.pod(pod) {
-            Ok(p) => ttft::predicted_end(&p.model, &self.global, ticket, issued, &context),
-            Err(_) => now,
-        };
-        let at = end.max(now);
-        self.tickets.detach(ticket, at)?;
-        Ok(at)
     }
 
     // ----- timers -----
