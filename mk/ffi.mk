@@ -1,8 +1,10 @@
 # kvroute-ffi: the C library (include/kvroute.h), its C tests and the Go package.
 #
 #   make test-c                 C tests with ASan/UBSan, the scenario diff against the core,
-#                               valgrind on the smoke test, and an install + pkg-config check
-#   make test-go                the Go package's tests (installs Debian's golang-go if absent)
+#                               valgrind on the smoke test, an install + pkg-config check, and
+#                               ffi/README.md's install and C commands run as written
+#   make test-go                the Go package's tests (installs Debian's golang-go if absent),
+#                               and ffi/README.md's Go commands run as written
 #   make install PREFIX=/usr/local
 #                               libkvroute.a, libkvroute.so(.VERSION), kvroute.h, kvroute.pc
 #   make bench-ffi              route cost: Rust API vs C ABI (criterion) and Go via cgo
@@ -28,11 +30,13 @@ ffi-lib:
 
 test-c: ffi-lib
 	mkdir -p $(FFI_BUILD)
-	set -e; for t in test_api smoke scenario; do \
+	$(ROOT)/tests/c/readme.sh check
+	set -e; for t in test_api smoke scenario readme_example; do \
 	  $(FFI_CC) $(FFI_CFLAGS) $(FFI_SAN) $(ROOT)/tests/c/$$t.c $(FFI_DEBUG_DIR)/libkvroute.a $(FFI_LIBS) -o $(FFI_BUILD)/$$t; \
 	done
 	$(FFI_BUILD)/test_api $(ROOT)/tests/vectors/prefix_hash_v1.json
 	$(FFI_BUILD)/smoke
+	$(FFI_BUILD)/readme_example | diff -u $(ROOT)/tests/c/readme_example.out -
 	$(FFI_BUILD)/scenario $(ROOT)/tests/c/scenario.txt > $(FFI_BUILD)/scenario.c.out
 	$(CARGO) run -q -p kvroute-ffi --example scenario -- $(ROOT)/tests/c/scenario.txt > $(FFI_BUILD)/scenario.rust.out
 	diff -u $(FFI_BUILD)/scenario.rust.out $(FFI_BUILD)/scenario.c.out
@@ -55,6 +59,8 @@ test-c: ffi-lib
 	  $$(PKG_CONFIG_PATH=$(FFI_BUILD)/prefix/lib/pkgconfig pkg-config --static --cflags --libs kvroute | sed 's/-lkvroute/-l:libkvroute.a/') \
 	  -o $(FFI_BUILD)/smoke-static
 	$(FFI_BUILD)/smoke-static
+	@echo "ffi/README.md: the install and the C program, as written (tests/c/readme.sh)"
+	$(ROOT)/tests/c/readme.sh c
 
 install:
 	$(CARGO) build -p kvroute-ffi $(if $(filter release,$(FFI_PROFILE)),--release,)
@@ -68,18 +74,27 @@ install:
 	@echo "installed kvroute $(FFI_VERSION) ($(FFI_PROFILE)) under $(DESTDIR)$(PREFIX)"
 
 # The Go tests link the shared library installed into a scratch prefix (the SONAME is the
-# exact version, so the versioned file name must exist, as after `make install`).
+# exact version, so the versioned file name must exist, as after `make install`), found as
+# ffi/README.md tells a user: pkg-config through PKG_CONFIG_PATH, the prefix's lib directory as
+# the run path (which also keys Go's build cache on the prefix: it ignores pkg-config's output).
 FFI_GO_PREFIX := $(FFI_BUILD)/go-prefix
+FFI_GO_ENV := PKG_CONFIG_PATH=$(FFI_GO_PREFIX)/lib/pkgconfig CGO_LDFLAGS="-Wl,-rpath,$(FFI_GO_PREFIX)/lib"
 
 test-go: ffi-lib
 	command -v go || (apt-get update && apt-get install -y golang-go)
+	$(ROOT)/tests/c/readme.sh check
+	cmp $(ROOT)/include/kvroute.h $(ROOT)/ffi/go/kvroute.h || \
+	  { echo "ffi/go/kvroute.h differs from include/kvroute.h: KVROUTE_BLESS=1 cargo test -p kvroute-ffi --test header"; exit 1; }
 	$(MAKE) --no-print-directory install PREFIX=$(FFI_GO_PREFIX) FFI_PROFILE=debug
-	cd $(ROOT)/ffi/go && test -z "$$(gofmt -l .)" && go vet ./...
-	cd $(ROOT)/ffi/go && CGO_LDFLAGS="-L$(FFI_GO_PREFIX)/lib -Wl,-rpath,$(FFI_GO_PREFIX)/lib" \
-	  go test -count=1 -race -tags kvroute_debug -v ./... 2>&1 | tail -n 40; exit $${PIPESTATUS[0]}
+	cd $(ROOT)/ffi/go && test -z "$$(gofmt -l .)" && $(FFI_GO_ENV) go vet ./...
+	cd $(ROOT)/ffi/go && $(FFI_GO_ENV) \
+	  go test -count=1 -race -tags kvroute_debug -v ./... 2>&1 | tail -n 40; test $${PIPESTATUS[0]} = 0
+	@echo "ffi/README.md: the Go program in a module of its own, as written (tests/c/readme.sh)"
+	$(ROOT)/tests/c/readme.sh go
 
 bench-ffi:
 	$(CARGO) bench -p kvroute-ffi --bench route
 	$(MAKE) --no-print-directory install PREFIX=$(FFI_BUILD)/bench-prefix FFI_PROFILE=release
-	cd $(ROOT)/ffi/go && CGO_LDFLAGS="-L$(FFI_BUILD)/bench-prefix/lib -Wl,-rpath,$(FFI_BUILD)/bench-prefix/lib" \
+	cd $(ROOT)/ffi/go && PKG_CONFIG_PATH=$(FFI_BUILD)/bench-prefix/lib/pkgconfig \
+	  CGO_LDFLAGS="-Wl,-rpath,$(FFI_BUILD)/bench-prefix/lib" \
 	  go test -run '^$$' -bench . -benchtime 20000x -count 3 ./...

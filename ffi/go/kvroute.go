@@ -14,18 +14,20 @@
 //	addr, _ := r.PodAddress(d.Pod)                   // forward the request there
 //	defer r.Complete(d.Ticket, kvroute.Success, laterMs)
 //
-// Building: the package needs kvroute.h and libkvroute. With `make install` they are found
-// in the default paths; otherwise point cgo at a build, for example
-// CGO_LDFLAGS="-L$REPO/target/debug -Wl,-rpath,$REPO/target/debug" (the header is taken from
-// the repository's include/ directory).
+// Building: the package compiles against its own copy of kvroute.h (kvroute.h in this
+// directory, identical to the repository's include/kvroute.h) and links the libkvroute that
+// `make install` installed, found through pkg-config: set PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig
+// (unless the prefix is one pkg-config searches) and make the library loadable at run time,
+// e.g. CGO_LDFLAGS="-Wl,-rpath,$PREFIX/lib". Install the library from the same kvroute
+// version as this package: the package panics at start-up when the linked library's version
+// differs from its header's (ffi/README.md, "Go").
 //
 // Memory: Go byte slices and strings are passed to C without copying. This is allowed
 // because the library only reads them during the call and never keeps a pointer.
 package kvroute
 
 /*
-#cgo CFLAGS: -I${SRCDIR}/../../include
-#cgo LDFLAGS: -lkvroute -lm -ldl -lpthread
+#cgo pkg-config: kvroute
 #include <stdlib.h>
 #include "kvroute.h"
 */
@@ -46,6 +48,16 @@ func versionNumber() uint32 { return uint32(C.kvroute_version_number()) }
 
 // HeaderVersion is the version of kvroute.h this package was compiled against.
 const HeaderVersion = C.KVROUTE_VERSION
+
+// The package's structs are laid out as its kvroute.h says, and the library's output structs
+// may grow from one version to the next: a library of another version than the header could
+// write past them. Refuse it before any call.
+func init() {
+	if versionNumber() != uint32(C.KVROUTE_VERSION_NUMBER) {
+		panic("kvroute: libkvroute " + Version() + " is linked, but this Go package is for " + HeaderVersion +
+			": install libkvroute from the same kvroute version as the package")
+	}
+}
 
 // Status is a kvroute status code; every error this package returns is a Status. Compare
 // with errors.Is(err, kvroute.StatusUnknownModel) or a type switch.

@@ -1,6 +1,8 @@
 //! `include/kvroute.h` is generated from this crate by the cbindgen library (version pinned in
-//! `ffi/Cargo.toml` and `Cargo.lock`) and committed. This test regenerates it and fails when the
-//! committed file differs. To update the header after changing the API:
+//! `ffi/Cargo.toml` and `Cargo.lock`) and committed, together with an identical copy in the Go
+//! package, `ffi/go/kvroute.h` (the Go package compiles against its own copy so that it builds
+//! outside a checkout). This test regenerates the header and fails when either committed file
+//! differs. To update both after changing the API:
 //!
 //! ```sh
 //! KVROUTE_BLESS=1 cargo test -p kvroute-ffi --test header
@@ -48,20 +50,26 @@ fn generate() -> String {
     String::from_utf8(out).expect("cbindgen writes UTF-8")
 }
 
+/// The committed copies of the header, from the repository's root: the C one and the Go
+/// package's.
+const COPIES: [&str; 2] = ["include/kvroute.h", "ffi/go/kvroute.h"];
+
 #[test]
 fn committed_header_matches_the_code() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../include/kvroute.h");
     let fresh = generate();
-    if std::env::var_os("KVROUTE_BLESS").is_some() {
-        std::fs::write(&path, &fresh).expect("write include/kvroute.h");
-        return;
+    for copy in COPIES {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(copy);
+        if std::env::var_os("KVROUTE_BLESS").is_some() {
+            std::fs::write(&path, &fresh).unwrap_or_else(|e| panic!("write {copy}: {e}"));
+            continue;
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == fresh,
+            "{copy} is out of date with ffi/src; regenerate include/kvroute.h and ffi/go/kvroute.h with\n  KVROUTE_BLESS=1 cargo test -p kvroute-ffi --test header\nand commit them. First differing line:\n{}",
+            first_difference(&committed, &fresh)
+        );
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(
-        committed == fresh,
-        "include/kvroute.h is out of date with ffi/src; regenerate it with\n  KVROUTE_BLESS=1 cargo test -p kvroute-ffi --test header\nand commit it. First differing line:\n{}",
-        first_difference(&committed, &fresh)
-    );
 }
 
 fn first_difference(a: &str, b: &str) -> String {
