@@ -60,7 +60,6 @@ pub enum ScrapeError {
     NoEngineMetrics,
 }
 
-
 /// The vLLM series read (gauges, counters, histogram sums and counts), each summed over its
 /// label sets (the KV usage ratio: the largest), before conversion.
 #[derive(Default)]

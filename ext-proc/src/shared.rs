@@ -13,9 +13,9 @@ use parking_lot::{Mutex, RwLock};
 use prometheus_client::registry::Registry;
 
 use crate::config::Config;
+use crate::engines::EngineTable;
 use crate::introspect::DecisionLog;
 use crate::metrics::Metrics;
-use crate::engines::EngineTable;
 use crate::stream_timing::StreamBudget;
 
 /// The settings a request reads, swapped as a whole on reload.
