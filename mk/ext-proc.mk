@@ -24,6 +24,7 @@ test-e2e: $(ENVOY_BIN)
 	$(CARGO) build -q -p kvroute-sim --bin kvroute-sim
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test e2e -- --ignored --test-threads 2 --skip hot50_through_envoy
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test envoy_hardening -- --ignored --test-threads 2
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test full_duplex -- --ignored --test-threads 2
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test tls -- --ignored
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test discovery -- --ignored --nocapture
 	# Fleet faults, one at a time (they count requests and time readmissions; about 20 s).

@@ -1,6 +1,8 @@
 //! The `envoy.service.ext_proc.v3.ExternalProcessor` gRPC service: each `Process` stream
 //! (= one HTTP request) is a reply stream that reads Envoy's messages and feeds a
-//! [`StreamState`].
+//! [`StreamState`]. A message gets one reply, none, or (with `FULL_DUPLEX_STREAMED` bodies)
+//! several: the state queues those beyond the first, and they go out in order before the next
+//! message is read.
 //!
 //! The reply stream ends when Envoy ends the side stream (clean END_STREAM, or the RST it
 //! sends at the end of every request: both are normal ends); it is dropped then, or earlier if
@@ -82,9 +84,15 @@ struct Driver {
 }
 
 impl Driver {
+    /// The next reply: one queued by an earlier message first (full-duplex bodies: several
+    /// replies to one message, sent in order before the next message is read), else the
+    /// reply to the next message that needs one.
     async fn next_reply(&mut self) -> Option<Result<ProcessingResponse, Status>> {
         if self.done {
             return None;
+        }
+        if let Some(reply) = self.state.next_queued() {
+            return Some(Ok(reply));
         }
         loop {
             match self.inbound.message().await {

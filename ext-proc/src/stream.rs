@@ -1,6 +1,7 @@
 //! One HTTP request's ext_proc exchange: a state machine fed with Envoy's messages, answering
 //! each with exactly one `ProcessingResponse` (or failing the stream with a `Status`, never
-//! ending it with OK: that would let Envoy continue un-routed, gotcha 8).
+//! ending it with OK: that would let Envoy continue un-routed, gotcha 8), except with
+//! `FULL_DUPLEX_STREAMED` bodies (below).
 //!
 //! Flow with the shipped config (request headers SEND, request body BUFFERED, response
 //! headers SEND or SKIP, response trailers SEND):
@@ -19,6 +20,17 @@
 //! 4. `response_body` (timed responses only): read, passed on unchanged.
 //! 5. `response_trailers` (rare): no change.
 //!
+//! With `FULL_DUPLEX_STREAMED` bodies (as the first message's `protocol_config` says; how
+//! Gateway API Inference Extension gateways call their picker) the request side differs:
+//! the reply to the request headers is held back while the body's chunks are collected (no
+//! reply to each); at the last chunk (`end_of_stream`) or at the request trailers the body
+//! is extracted and routed as above, and the replies go out in order: the request-headers
+//! reply with the destination ([`respond::route_in_headers`]), the body passed back in
+//! pieces of at most 64 KiB, the last with `end_of_stream` (or the trailers' reply after
+//! them). Each response body chunk is passed back as it comes. [`crate::duplex`] queues these
+//! replies; [`StreamState::next_queued`] hands out those [`StreamState::on_message`] did not
+//! return. Rejections are the same `ImmediateResponse`s.
+//!
 //! The [`TicketGuard`] lives in this state and is dropped when the stream ends.
 
 use std::sync::Arc;
@@ -29,6 +41,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use kvroute_core::{Decision, RouteError, RouteRequest, StrategySpec};
 
+use crate::duplex::Outbox;
 use crate::envoy_context;
 use crate::extract::{extract, reject, Endpoint};
 use crate::health::ResponseEnd;
@@ -110,6 +123,13 @@ pub struct StreamState {
     /// message (BUFFERED, the shipped mode, assumed when Envoy does not say; BUFFERED_PARTIAL,
     /// whose one message is cut at Envoy's buffer limit: a cut body is a bad body, 400).
     body_in_chunks: bool,
+    /// The request body comes `FULL_DUPLEX_STREAMED` (kvroute answers the request headers
+    /// after the body, and passes the body back itself).
+    duplex_request: bool,
+    /// The response body comes `FULL_DUPLEX_STREAMED` (kvroute passes each chunk back).
+    duplex_response: bool,
+    /// Replies due beyond the one [`StreamState::on_message`] returned.
+    outbox: Outbox,
     routed: Option<Routed>,
     rejected: bool,
     /// The gateway's endpoint subset hint, if it passed one ([`crate::envoy_context`]).
@@ -125,6 +145,9 @@ impl StreamState {
             strategy: None,
             body: Vec::new(),
             body_in_chunks: false,
+            duplex_request: false,
+            duplex_response: false,
+            outbox: Outbox::default(),
             routed: None,
             rejected: false,
             subset: None,
@@ -144,8 +167,11 @@ impl StreamState {
         }
     }
 
-    /// Handles one message; `None` means no reply is due (after a rejection Envoy sends
-    /// nothing more, and unknown message kinds need none).
+    /// Handles one message; `None` means no reply is due now (after a rejection Envoy sends
+    /// nothing more, unknown message kinds need none, and with `FULL_DUPLEX_STREAMED` bodies
+    /// the request headers and body chunks before the last wait for the body's end). Further
+    /// replies this message made due come from [`StreamState::next_queued`], to be sent in
+    /// order before the next message is read.
     pub fn on_message(&mut self, mut msg: ProcessingRequest) -> Option<ProcessingResponse> {
         if self.rejected {
             return None;
@@ -156,31 +182,50 @@ impl StreamState {
         if let Some(p) = &msg.protocol_config {
             let chunked = [BodySendMode::Streamed, BodySendMode::FullDuplexStreamed];
             self.body_in_chunks = chunked.iter().any(|m| *m as i32 == p.request_body_mode);
+            let duplex = BodySendMode::FullDuplexStreamed as i32;
+            self.duplex_request = p.request_body_mode == duplex;
+            self.duplex_response = p.response_body_mode == duplex;
         }
         let reply = match msg.request? {
-            Request::RequestHeaders(h) => self.on_request_headers(&h),
+            Request::RequestHeaders(h) => {
+                // Full duplex: the headers are answered once the body is in.
+                let hold = self.duplex_request && !h.end_of_stream;
+                self.on_request_headers(&h).map(|r| (!hold).then_some(r))
+            }
+            Request::RequestBody(b) if self.duplex_request => {
+                self.on_duplex_request_body(b.body, b.end_of_stream)
+            }
             Request::RequestBody(b) => {
                 if self.routed.is_some() {
                     return Some(respond::continue_body(true));
                 }
-                self.on_request_body(b.body, b.end_of_stream)
+                self.on_request_body(b.body, b.end_of_stream).map(Some)
             }
-            Request::RequestTrailers(_) => Ok(respond::continue_trailers(true)),
+            Request::RequestTrailers(_) if self.duplex_request && self.routed.is_none() => {
+                // The trailers end a full-duplex request: route on the body collected.
+                self.route_duplex_body(true)
+            }
+            Request::RequestTrailers(_) => Ok(Some(respond::continue_trailers(true))),
             Request::ResponseHeaders(h) => {
                 let details =
                     envoy_context::string_attribute(&msg.attributes, envoy_context::CODE_DETAILS);
                 msg.attributes.clear();
-                Ok(self.on_response_headers(&h, details))
+                Ok(Some(self.on_response_headers(&h, details)))
             }
             Request::ResponseBody(b) => {
                 if let Some(t) = self.routed.as_mut().and_then(|r| r.guard.timing_mut()) {
                     t.on_chunk(&b.body, std::time::Instant::now());
                 }
-                Ok(respond::continue_body(false))
+                if self.duplex_response {
+                    self.outbox.push_echo(false, b.body, b.end_of_stream);
+                    Ok(self.outbox.pop())
+                } else {
+                    Ok(Some(respond::continue_body(false)))
+                }
             }
-            Request::ResponseTrailers(_) => Ok(respond::continue_trailers(false)),
+            Request::ResponseTrailers(_) => Ok(Some(respond::continue_trailers(false))),
         };
-        Some(match reply {
+        match reply {
             Ok(r) => r,
             Err(reject) => {
                 self.rejected = true;
@@ -198,9 +243,67 @@ impl StreamState {
                     kind = reject.kind(),
                     "rejected"
                 );
-                reject.to_response(self.info.request_id.as_deref())
+                // Nothing queued goes out after an immediate response.
+                self.outbox = Outbox::default();
+                Some(reject.to_response(self.info.request_id.as_deref()))
             }
-        })
+        }
+    }
+
+    /// The next reply due that [`StreamState::on_message`] did not return (full-duplex bodies
+    /// only), in order.
+    pub fn next_queued(&mut self) -> Option<ProcessingResponse> {
+        self.outbox.pop()
+    }
+
+    /// A `FULL_DUPLEX_STREAMED` request body chunk: collected (within `max_body_bytes`, 413
+    /// above it) without a reply; the last one routes.
+    fn on_duplex_request_body(
+        &mut self,
+        chunk: Vec<u8>,
+        end_of_stream: bool,
+    ) -> Result<Option<ProcessingResponse>, Reject> {
+        if self.routed.is_some() {
+            // Not expected (the body ended already): passed on unchanged all the same.
+            self.outbox.push_echo(true, chunk, end_of_stream);
+            return Ok(self.outbox.pop());
+        }
+        let limit = self.shared.settings().max_body_bytes;
+        if self.body.len().saturating_add(chunk.len()) > limit {
+            return Err(Reject::TooLarge { limit });
+        }
+        if self.body.is_empty() {
+            self.body = chunk;
+        } else {
+            self.body.extend_from_slice(&chunk);
+        }
+        if !end_of_stream {
+            return Ok(None);
+        }
+        self.route_duplex_body(false)
+    }
+
+    /// Routes a full-duplex request on its whole body, then queues the replies: the request
+    /// headers' (the destination), the body passed back (ending the stream unless
+    /// `trailers` end it), and the trailers' when they came.
+    fn route_duplex_body(&mut self, trailers: bool) -> Result<Option<ProcessingResponse>, Reject> {
+        let endpoint = Endpoint::from_path(&self.info.path);
+        let body = std::mem::take(&mut self.body);
+        let extracted = extract(endpoint, &body).map_err(reject)?;
+        let model = extracted.model.as_deref().unwrap_or("");
+        let to = self.route(
+            model,
+            extracted.prompt.as_bytes(),
+            extracted.max_output_tokens,
+        )?;
+        drop(extracted);
+        self.outbox
+            .push_reply(respond::route_in_headers(&to.as_route_to()));
+        self.outbox.push_echo(true, body, !trailers);
+        if trailers {
+            self.outbox.push_reply(respond::continue_trailers(true));
+        }
+        Ok(self.outbox.pop())
     }
 
     fn on_request_headers(&mut self, h: &HttpHeaders) -> Result<ProcessingResponse, Reject> {
@@ -358,15 +461,24 @@ impl StreamState {
             if status.is_some_and(|s| (200..300).contains(&s))
                 && value("content-type").is_some_and(is_event_stream)
             {
-                let cold_prefill = r
-                    .decision
-                    .prediction
-                    .is_cold_prefill(settings.engine_block_tokens);
-                let max = stream_timing::budget_for(settings.max_timed_streams, cold_prefill);
-                if let Some(permit) = self.shared.stream_budget.try_acquire(max) {
-                    r.guard.time_response(ResponseTiming::new(permit));
-                    self.shared.metrics.response_timed();
-                    timed = true;
+                if self.duplex_response {
+                    // Every chunk comes through kvroute anyway (one round trip each, paid by
+                    // the mode): timed without the budget and without a mode override.
+                    if settings.max_timed_streams > 0 {
+                        r.guard.time_response(ResponseTiming::unbudgeted());
+                        self.shared.metrics.response_timed();
+                    }
+                } else {
+                    let cold_prefill = r
+                        .decision
+                        .prediction
+                        .is_cold_prefill(settings.engine_block_tokens);
+                    let max = stream_timing::budget_for(settings.max_timed_streams, cold_prefill);
+                    if let Some(permit) = self.shared.stream_budget.try_acquire(max) {
+                        r.guard.time_response(ResponseTiming::new(permit));
+                        self.shared.metrics.response_timed();
+                        timed = true;
+                    }
                 }
             }
             if settings.expose_pod_headers {
@@ -953,5 +1065,281 @@ mod tests {
             1,
             "failed outcome"
         );
+    }
+
+    /// Request headers of a POST to `path` as Envoy sends them first when request and
+    /// response bodies are `FULL_DUPLEX_STREAMED`.
+    fn duplex_headers(path: &str) -> ProcessingRequest {
+        use envoy_types::pb::envoy::service::ext_proc::v3::ProtocolConfiguration;
+        let mut h = headers(&[(":path", path), ("x-request-id", "rid")], false);
+        h.protocol_config = Some(ProtocolConfiguration {
+            request_body_mode: BodySendMode::FullDuplexStreamed as i32,
+            response_body_mode: BodySendMode::FullDuplexStreamed as i32,
+            ..Default::default()
+        });
+        h
+    }
+
+    /// The reply `on_message` returned, then every queued one.
+    fn all_replies(st: &mut StreamState, msg: ProcessingRequest) -> Vec<ProcessingResponse> {
+        let mut out: Vec<_> = st.on_message(msg).into_iter().collect();
+        out.extend(std::iter::from_fn(|| st.next_queued()));
+        out
+    }
+
+    /// `(bytes, end_of_stream)` of a streamed body reply (request or response).
+    fn streamed(r: &ProcessingResponse) -> (Vec<u8>, bool) {
+        use envoy_types::pb::envoy::service::ext_proc::v3::body_mutation::Mutation;
+        let b = match &r.response {
+            Some(Response::RequestBody(b) | Response::ResponseBody(b)) => b,
+            other => panic!("not a body reply: {other:?}"),
+        };
+        let m = b.response.as_ref().and_then(|c| c.body_mutation.clone());
+        let Some(Mutation::StreamedResponse(s)) = m.and_then(|m| m.mutation) else {
+            panic!("not a streamed body: {r:?}")
+        };
+        (s.body, s.end_of_stream)
+    }
+
+    const LARGE: &str = "[routing]\nseed = 3\n[limits]\nmax_body_bytes = 400000\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]";
+
+    #[test]
+    fn full_duplex_defers_the_header_reply_and_echoes_the_body_in_64_kib_pieces() {
+        let sh = shared_with(LARGE);
+        let mut st = StreamState::new(sh.clone());
+        let text = format!(r#"{{"model":"m","prompt":"{}"}}"#, "x".repeat(150_000));
+        assert!(all_replies(&mut st, duplex_headers("/v1/completions")).is_empty());
+        let parts: Vec<&[u8]> = text.as_bytes().chunks(40_000).collect();
+        for p in &parts[..parts.len() - 1] {
+            let r = all_replies(&mut st, body_part(std::str::from_utf8(p).unwrap(), false));
+            assert!(r.is_empty(), "a chunk before the last gets no reply: {r:?}");
+        }
+        assert_eq!(in_flight(&sh), 0, "not routed before the body's end");
+        let last = std::str::from_utf8(parts[parts.len() - 1]).unwrap();
+        let replies = all_replies(&mut st, body_part(last, true));
+        // The headers reply carries the routing.
+        let first = &replies[0];
+        let Some(Response::RequestHeaders(h)) = &first.response else {
+            panic!("the first reply is not the headers': {first:?}")
+        };
+        let common = h.response.as_ref().unwrap();
+        assert!(common.clear_route_cache);
+        let keys: Vec<&str> = common
+            .header_mutation
+            .as_ref()
+            .unwrap()
+            .set_headers
+            .iter()
+            .map(|o| o.header.as_ref().unwrap().key.as_str())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                respond::DESTINATION_HEADER,
+                "target-pod",
+                "routing-strategy"
+            ]
+        );
+        let md = first.dynamic_metadata.as_ref().expect("envoy.lb metadata");
+        assert!(md.fields.contains_key(respond::LB_NAMESPACE));
+        assert_eq!(in_flight(&sh), 1);
+        // Then the body, whole, in pieces of at most 64 KiB, only the last ending the stream.
+        let pieces: Vec<(Vec<u8>, bool)> = replies[1..].iter().map(streamed).collect();
+        assert_eq!(pieces.len(), text.len().div_ceil(crate::duplex::MAX_CHUNK));
+        assert!(pieces
+            .iter()
+            .all(|(b, _)| b.len() <= crate::duplex::MAX_CHUNK));
+        let ends: Vec<bool> = pieces.iter().map(|p| p.1).collect();
+        assert!(ends[..ends.len() - 1].iter().all(|e| !e) && ends[ends.len() - 1]);
+        let joined: Vec<u8> = pieces.into_iter().flat_map(|p| p.0).collect();
+        assert_eq!(joined, text.as_bytes());
+        drop(st);
+        assert_eq!(in_flight(&sh), 0);
+    }
+
+    #[test]
+    fn full_duplex_trailers_end_the_request() {
+        let sh = shared();
+        let mut st = StreamState::new(sh.clone());
+        assert!(all_replies(&mut st, duplex_headers("/v1/completions")).is_empty());
+        let text = r#"{"model":"m","prompt":"hello"}"#;
+        assert!(all_replies(&mut st, body_part(text, false)).is_empty());
+        let trailers = ProcessingRequest {
+            request: Some(Request::RequestTrailers(Default::default())),
+            ..Default::default()
+        };
+        let replies = all_replies(&mut st, trailers);
+        assert_eq!(replies.len(), 3, "{replies:?}");
+        assert!(matches!(
+            replies[0].response,
+            Some(Response::RequestHeaders(_))
+        ));
+        assert!(replies[0].dynamic_metadata.is_some());
+        assert_eq!(streamed(&replies[1]), (text.as_bytes().to_vec(), false));
+        assert!(matches!(
+            replies[2].response,
+            Some(Response::RequestTrailers(_))
+        ));
+        assert_eq!(in_flight(&sh), 1);
+    }
+
+    #[test]
+    fn full_duplex_errors_are_immediate_responses_without_a_ticket() {
+        let sh = shared(); // max_body_bytes = 1000
+        let cases: Vec<(Vec<ProcessingRequest>, u16)> = vec![
+            (
+                vec![
+                    duplex_headers("/v1/completions"),
+                    body(r#"{"model":"x","prompt":"p"}"#),
+                ],
+                400,
+            ),
+            (vec![duplex_headers("/v1/completions"), body("{")], 400),
+            (
+                vec![
+                    duplex_headers("/v1/chat/completions"),
+                    body(r#"{"model":"m"}"#),
+                ],
+                400,
+            ),
+            (
+                vec![
+                    duplex_headers("/v1/completions"),
+                    body_part(&"x".repeat(600), false),
+                    body_part(&"x".repeat(401), false),
+                ],
+                413,
+            ),
+        ];
+        for (msgs, status) in cases {
+            let mut st = StreamState::new(sh.clone());
+            let replies: Vec<_> = msgs
+                .into_iter()
+                .flat_map(|m| all_replies(&mut st, m))
+                .collect();
+            assert_eq!(replies.len(), 1, "{replies:?}");
+            assert_eq!(immediate(&replies[0]).0, i32::from(status));
+            assert!(all_replies(&mut st, body_part("more", true)).is_empty());
+            assert_eq!(in_flight(&sh), 0);
+        }
+        // A bad strategy is answered at once, on the headers.
+        let mut st = StreamState::new(sh.clone());
+        let mut h = duplex_headers("/v1/completions");
+        if let Some(Request::RequestHeaders(hh)) = &mut h.request {
+            hh.headers.as_mut().unwrap().headers.push(HeaderValue {
+                key: "routing-strategy".into(),
+                raw_value: b"nope".to_vec(),
+                ..Default::default()
+            });
+        }
+        assert_eq!(immediate(&st.on_message(h).unwrap()).0, 400);
+        assert_eq!(sh.router.lock().stats().tickets.issued, 0);
+    }
+
+    #[test]
+    fn full_duplex_response_chunks_are_echoed_and_timed_outside_the_budget() {
+        let sh = shared_with("[stream_timing]\nmax_streams = 1\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
+        let mut st = StreamState::new(sh.clone());
+        all_replies(&mut st, duplex_headers("/v1/completions"));
+        let replies = all_replies(&mut st, body(r#"{"model":"m","prompt":"hi"}"#));
+        assert_eq!(replies.len(), 2);
+        let mut r = headers(
+            &[(":status", "200"), ("content-type", "text/event-stream")],
+            false,
+        );
+        if let Some(Request::RequestHeaders(h)) = r.request.take() {
+            r.request = Some(Request::ResponseHeaders(h));
+        }
+        let replies = all_replies(&mut st, r);
+        assert_eq!(replies.len(), 1);
+        assert!(matches!(
+            replies[0].response,
+            Some(Response::ResponseHeaders(_))
+        ));
+        assert_eq!(
+            replies[0].mode_override, None,
+            "the body comes through kvroute anyway"
+        );
+        assert_eq!(sh.stream_budget.open(), 0, "no budget taken");
+        let usage =
+            "data: {\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
+        let chunks: [(&[u8], bool); 4] = [
+            (b"data: {}\n\n", false),
+            (b"", false),
+            (usage.as_bytes(), false),
+            (b"", true),
+        ];
+        for (bytes, end_of_stream) in chunks {
+            let msg = ProcessingRequest {
+                request: Some(Request::ResponseBody(HttpBody {
+                    body: bytes.to_vec(),
+                    end_of_stream,
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            let replies = all_replies(&mut st, msg);
+            if bytes.is_empty() && !end_of_stream {
+                assert!(replies.is_empty(), "nothing to pass back");
+                continue;
+            }
+            assert_eq!(replies.len(), 1);
+            assert!(matches!(
+                replies[0].response,
+                Some(Response::ResponseBody(_))
+            ));
+            assert_eq!(streamed(&replies[0]), (bytes.to_vec(), end_of_stream));
+        }
+        let timing = st.routed.as_mut().unwrap().guard.timing_mut().unwrap();
+        assert!(timing.first_chunk().is_some());
+        assert_eq!(timing.usage().unwrap().prompt_tokens, Some(7));
+        let trailers = ProcessingRequest {
+            request: Some(Request::ResponseTrailers(Default::default())),
+            ..Default::default()
+        };
+        let replies = all_replies(&mut st, trailers);
+        assert!(matches!(
+            replies[..],
+            [ProcessingResponse {
+                response: Some(Response::ResponseTrailers(_)),
+                ..
+            }]
+        ));
+        drop(st);
+        assert_eq!(in_flight(&sh), 0);
+    }
+
+    #[test]
+    fn full_duplex_get_is_routed_on_its_headers() {
+        let sh = shared();
+        let mut st = StreamState::new(sh.clone());
+        let mut h = duplex_headers("/v1/models");
+        if let Some(Request::RequestHeaders(hh)) = &mut h.request {
+            hh.end_of_stream = true;
+        }
+        let replies = all_replies(&mut st, h);
+        assert_eq!(replies.len(), 1);
+        assert!(matches!(
+            replies[0].response,
+            Some(Response::RequestHeaders(_))
+        ));
+        assert!(replies[0].dynamic_metadata.is_some());
+        assert_eq!(in_flight(&sh), 1);
+    }
+
+    #[test]
+    fn buffered_exchanges_queue_nothing() {
+        let sh = shared();
+        let mut st = StreamState::new(sh.clone());
+        let msgs = [
+            post_headers(Some(BodySendMode::Buffered)),
+            body(r#"{"model":"m","prompt":"hello"}"#),
+            response_headers("200"),
+            response_body(b"{}"),
+        ];
+        for m in msgs {
+            assert_eq!(all_replies(&mut st, m).len(), 1, "one reply per message");
+        }
+        assert_eq!(in_flight(&sh), 1);
     }
 }

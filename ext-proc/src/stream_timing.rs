@@ -27,6 +27,11 @@
 //! at once is the only kind that measures a pod's prefill rate, the one rate whose prior can be
 //! off by the GPU's whole speed; other responses (cached prefills, queued requests) teach the
 //! overhead, TPOT and cache reuse, which many requests show, and get half of it.
+//!
+//! With `FULL_DUPLEX_STREAMED` response bodies ([`crate::duplex`]) every chunk passes through
+//! kvroute whether timed or not, so every 2xx event stream is timed
+//! ([`ResponseTiming::unbudgeted`]: no permit, no mode override); what timing adds there is
+//! reading the chunks. `max_streams = 0` still turns timing off.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -106,7 +111,9 @@ pub fn is_event_stream(content_type: &str) -> bool {
 /// What is read from one timed response's body.
 #[derive(Debug)]
 pub struct ResponseTiming {
-    _permit: TimingPermit,
+    /// The budget share held, absent for a response whose body kvroute sees anyway
+    /// (`FULL_DUPLEX_STREAMED` response bodies).
+    _permit: Option<TimingPermit>,
     first_chunk: Option<Instant>,
     usage: Option<Usage>,
     /// The current line's bytes so far (it continues in the next chunk).
@@ -119,7 +126,18 @@ impl ResponseTiming {
     /// Starts timing a response under `permit`.
     pub fn new(permit: TimingPermit) -> Self {
         ResponseTiming {
-            _permit: permit,
+            _permit: Some(permit),
+            ..ResponseTiming::unbudgeted()
+        }
+    }
+
+    /// Starts timing a response outside the budget: one whose body passes through kvroute
+    /// whether timed or not (`FULL_DUPLEX_STREAMED` response bodies), so that timing adds
+    /// only the reading of its chunks (a scan for line ends, and JSON parsing of the lines
+    /// that mention `"usage"`).
+    pub fn unbudgeted() -> Self {
+        ResponseTiming {
+            _permit: None,
             first_chunk: None,
             usage: None,
             line: Vec::new(),
