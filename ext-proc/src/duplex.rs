@@ -19,8 +19,8 @@
 use std::collections::VecDeque;
 
 use envoy_types::pb::envoy::service::ext_proc::v3::{
-    body_mutation::Mutation, processing_response::Response, BodyMutation, BodyResponse,
-    CommonResponse, ProcessingResponse, StreamedBodyResponse,
+    body_mutation::Mutation, BodyMutation, BodyResponse, CommonResponse, ProcessingResponse,
+    StreamedBodyResponse,
 };
 
 /// The largest body chunk kvroute sends back in one message (64 KiB, as Gateway API Inference
@@ -114,19 +114,13 @@ pub fn streamed_body(request: bool, body: Vec<u8>, end_of_stream: bool) -> Proce
             ..Default::default()
         }),
     };
-    let response = if request {
-        Response::RequestBody(b)
-    } else {
-        Response::ResponseBody(b)
-    };
-    ProcessingResponse {
-        response: Some(response),
-        ..Default::default()
-    }
+    crate::respond::body_reply(request, b)
 }
 
 #[cfg(test)]
 mod tests {
+    use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+
     use super::*;
     use crate::respond;
 

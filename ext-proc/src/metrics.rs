@@ -568,15 +568,7 @@ mod tests {
 
     #[test]
     fn known_label_values_start_at_zero_and_cover_every_kind() {
-        let every = [
-            Reject::UnknownModel("m".into()),
-            Reject::NoReadyPod("m".into()),
-            Reject::NoPodInSubset("m".into()),
-            Reject::BadStrategy("s".into()),
-            Reject::BadBody("b".into()),
-            Reject::NoMessages,
-            Reject::TooLarge { limit: 1 },
-        ];
+        let every = Reject::every();
         for r in &every {
             assert!(REJECT_KINDS.contains(&r.kind()), "{}", r.kind());
         }

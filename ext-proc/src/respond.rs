@@ -150,7 +150,11 @@ pub fn continue_request_headers() -> ProcessingResponse {
 
 /// Plain CONTINUE to a non-final request body chunk, or any body chunk of the response.
 pub fn continue_body(request: bool) -> ProcessingResponse {
-    let b = BodyResponse::default();
+    body_reply(request, BodyResponse::default())
+}
+
+/// `b` as the reply to a request (`request`) or response body message.
+pub fn body_reply(request: bool, b: BodyResponse) -> ProcessingResponse {
     let response = if request {
         Response::RequestBody(b)
     } else {
@@ -236,6 +240,20 @@ pub enum Reject {
 }
 
 impl Reject {
+    /// One rejection of each kind (tests).
+    #[cfg(test)]
+    pub(crate) fn every() -> Vec<Reject> {
+        vec![
+            Reject::UnknownModel("m".into()),
+            Reject::NoReadyPod("m".into()),
+            Reject::NoPodInSubset("m".into()),
+            Reject::BadStrategy("s".into()),
+            Reject::BadBody("b".into()),
+            Reject::NoMessages,
+            Reject::TooLarge { limit: 1 },
+        ]
+    }
+
     /// HTTP status.
     pub fn status(&self) -> u16 {
         match self {
@@ -405,16 +423,7 @@ mod tests {
     fn every_rejection_names_itself_in_envoys_details() {
         // The shipped Envoy config leaves replies whose details start with "kvroute_" as they
         // are (local_reply_config); any other would be rewritten as one of Envoy's own errors.
-        let all = [
-            Reject::UnknownModel("m".into()),
-            Reject::NoReadyPod("m".into()),
-            Reject::NoPodInSubset("m".into()),
-            Reject::BadStrategy("s".into()),
-            Reject::BadBody("b".into()),
-            Reject::NoMessages,
-            Reject::TooLarge { limit: 1 },
-        ];
-        for r in all {
+        for r in Reject::every() {
             use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
             let Some(Response::ImmediateResponse(i)) = r.to_response(None).response else {
                 panic!("{r:?}: not an immediate response")

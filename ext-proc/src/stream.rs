@@ -590,6 +590,21 @@ mod tests {
         r
     }
 
+    /// The names of the headers a response-headers reply sets.
+    fn header_keys(r: ProcessingResponse) -> Vec<String> {
+        let Some(Response::ResponseHeaders(h)) = r.response else {
+            panic!("no response-headers reply: {r:?}")
+        };
+        h.response
+            .unwrap()
+            .header_mutation
+            .unwrap()
+            .set_headers
+            .into_iter()
+            .map(|o| o.header.unwrap().key)
+            .collect()
+    }
+
     fn in_flight(s: &Shared) -> u32 {
         s.router.lock().pods().iter().map(|p| p.in_flight).sum()
     }
@@ -614,20 +629,7 @@ mod tests {
             matches!(r.response, Some(Response::RequestBody(_))) && r.dynamic_metadata.is_some()
         );
         assert_eq!(in_flight(&sh), 1);
-        let Some(Response::ResponseHeaders(h)) =
-            st.on_message(response_headers("200")).unwrap().response
-        else {
-            panic!("no response-headers reply")
-        };
-        let keys: Vec<String> = h
-            .response
-            .unwrap()
-            .header_mutation
-            .unwrap()
-            .set_headers
-            .into_iter()
-            .map(|o| o.header.unwrap().key)
-            .collect();
+        let keys = header_keys(st.on_message(response_headers("200")).unwrap());
         assert_eq!(
             keys,
             [
@@ -996,20 +998,7 @@ mod tests {
         let sh = shared_with("[routing]\nexpose_pod_headers = false\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
         let mut st = StreamState::new(sh.clone());
         st.on_message(headers(&[(":path", "/v1/models")], true));
-        let Some(Response::ResponseHeaders(h)) =
-            st.on_message(response_headers("200")).unwrap().response
-        else {
-            panic!("no response-headers reply")
-        };
-        let keys: Vec<String> = h
-            .response
-            .unwrap()
-            .header_mutation
-            .unwrap()
-            .set_headers
-            .into_iter()
-            .map(|o| o.header.unwrap().key)
-            .collect();
+        let keys = header_keys(st.on_message(response_headers("200")).unwrap());
         assert_eq!(keys, ["routing-strategy"]);
     }
 

@@ -6,37 +6,10 @@ mod support;
 
 use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use envoy_types::pb::envoy::service::ext_proc::v3::external_processor_client::ExternalProcessorClient;
-use envoy_types::pb::envoy::service::ext_proc::v3::{
-    processing_request::Request, HttpHeaders, ProcessingRequest,
-};
+use envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest;
 use support::*;
 use tokio::net::{TcpListener, TcpStream};
-
-/// A GET's request headers: routed in the header phase.
-fn get_models() -> ProcessingRequest {
-    let headers = [
-        (":path", "/v1/models"),
-        (":method", "GET"),
-        ("model", "study"),
-    ]
-    .into_iter()
-    .map(|(k, v)| HeaderValue {
-        key: k.to_owned(),
-        raw_value: v.as_bytes().to_vec(),
-        ..Default::default()
-    })
-    .collect();
-    ProcessingRequest {
-        request: Some(Request::RequestHeaders(HttpHeaders {
-            headers: Some(HeaderMap { headers }),
-            end_of_stream: true,
-            ..Default::default()
-        })),
-        ..Default::default()
-    }
-}
 
 /// Relays one connection from a free local port to `to`; cutting the returned sender closes
 /// both sides at once.
@@ -63,7 +36,7 @@ async fn routed_stream(
     tonic::Streaming<envoy_types::pb::envoy::service::ext_proc::v3::ProcessingResponse>,
 ) {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(get_models()).await.unwrap();
+    tx.send(get_models_headers("study")).await.unwrap();
     let mut replies = client
         .process(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await

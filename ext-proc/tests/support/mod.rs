@@ -700,3 +700,35 @@ impl Stack {
         }
     }
 }
+
+/// The ext_proc request-headers message of a `GET /v1/models` for `model` (routed in the
+/// header phase), as Envoy sends it.
+pub fn get_models_headers(
+    model: &str,
+) -> envoy_types::pb::envoy::service::ext_proc::v3::ProcessingRequest {
+    use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+    use envoy_types::pb::envoy::service::ext_proc::v3::{
+        processing_request::Request, HttpHeaders, ProcessingRequest,
+    };
+    let headers = [
+        (":path", "/v1/models"),
+        (":method", "GET"),
+        (":authority", "gateway"),
+        ("model", model),
+    ]
+    .into_iter()
+    .map(|(k, v)| HeaderValue {
+        key: k.to_owned(),
+        raw_value: v.as_bytes().to_vec(),
+        ..Default::default()
+    })
+    .collect();
+    ProcessingRequest {
+        request: Some(Request::RequestHeaders(HttpHeaders {
+            headers: Some(HeaderMap { headers }),
+            end_of_stream: true,
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
