@@ -628,9 +628,11 @@ impl Cluster {
             rec.error = Some(e.to_string());
             rec.status = Some(400);
             if let Some(ticket) = live[id].ticket.take() {
+                // A request the engine refuses (400) is the client's error: it says nothing
+                // about the pod's health (a failure would count towards its ejection).
                 let _ = self
                     .router
-                    .complete(ticket, Completion::new(Outcome::Failed), ts(now));
+                    .complete(ticket, Completion::new(Outcome::Cancelled), ts(now));
             }
             return false;
         }
