@@ -1,0 +1,816 @@
+//! The per-request state machine, message by message.
+
+use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+use envoy_types::pb::envoy::service::ext_proc::v3::processing_response::Response;
+use envoy_types::pb::envoy::service::ext_proc::v3::HttpBody;
+
+use super::*;
+use crate::config::from_toml;
+
+fn shared() -> Arc<Shared> {
+    shared_with("[routing]\nseed = 3\n[limits]\nmax_body_bytes = 1000\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]")
+}
+
+fn shared_with(text: &str) -> Arc<Shared> {
+    let c = from_toml(text);
+    Shared::new(&c, &mut prometheus_client::registry::Registry::default()).unwrap()
+}
+
+fn headers(pairs: &[(&str, &str)], end_of_stream: bool) -> ProcessingRequest {
+    let headers = pairs
+        .iter()
+        .map(|(k, v)| HeaderValue {
+            key: (*k).into(),
+            raw_value: v.as_bytes().to_vec(),
+            ..Default::default()
+        })
+        .collect();
+    let h = HttpHeaders {
+        headers: Some(HeaderMap { headers }),
+        end_of_stream,
+        ..Default::default()
+    };
+    ProcessingRequest {
+        request: Some(Request::RequestHeaders(h)),
+        ..Default::default()
+    }
+}
+
+fn body(b: &str) -> ProcessingRequest {
+    body_part(b, true)
+}
+
+fn body_part(b: &str, end_of_stream: bool) -> ProcessingRequest {
+    let b = HttpBody {
+        body: b.as_bytes().to_vec(),
+        end_of_stream,
+        ..Default::default()
+    };
+    ProcessingRequest {
+        request: Some(Request::RequestBody(b)),
+        ..Default::default()
+    }
+}
+
+/// Request headers of a POST as Envoy sends them first, saying its request body mode.
+fn post_headers(mode: Option<BodySendMode>) -> ProcessingRequest {
+    use envoy_types::pb::envoy::service::ext_proc::v3::ProtocolConfiguration;
+    let mut h = headers(&[(":path", "/v1/completions")], false);
+    h.protocol_config = mode.map(|m| ProtocolConfiguration {
+        request_body_mode: m as i32,
+        ..Default::default()
+    });
+    h
+}
+
+fn is_routing_reply(r: &ProcessingResponse) -> bool {
+    matches!(r.response, Some(Response::RequestBody(_))) && r.dynamic_metadata.is_some()
+}
+
+fn response_headers(status: &str) -> ProcessingRequest {
+    let mut r = headers(&[(":status", status)], false);
+    if let Some(Request::RequestHeaders(h)) = r.request.take() {
+        r.request = Some(Request::ResponseHeaders(h));
+    }
+    r
+}
+
+/// The names of the headers a response-headers reply sets.
+fn header_keys(r: ProcessingResponse) -> Vec<String> {
+    let Some(Response::ResponseHeaders(h)) = r.response else {
+        panic!("no response-headers reply: {r:?}")
+    };
+    h.response
+        .unwrap()
+        .header_mutation
+        .unwrap()
+        .set_headers
+        .into_iter()
+        .map(|o| o.header.unwrap().key)
+        .collect()
+}
+
+fn in_flight(s: &Shared) -> u32 {
+    s.router.lock().pods().iter().map(|p| p.in_flight).sum()
+}
+
+#[test]
+fn post_is_routed_on_the_body_and_released_on_drop() {
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    let r = st
+        .on_message(headers(
+            &[(":path", "/v1/completions"), ("x-request-id", "r1")],
+            false,
+        ))
+        .unwrap();
+    assert!(
+        matches!(r.response, Some(Response::RequestHeaders(_))) && r.dynamic_metadata.is_none()
+    );
+    let r = st
+        .on_message(body(r#"{"model":"m","prompt":"hello"}"#))
+        .unwrap();
+    assert!(matches!(r.response, Some(Response::RequestBody(_))) && r.dynamic_metadata.is_some());
+    assert_eq!(in_flight(&sh), 1);
+    let keys = header_keys(st.on_message(response_headers("200")).unwrap());
+    assert_eq!(
+        keys,
+        [
+            "target-pod",
+            "target-pod-ip",
+            "routing-strategy",
+            "x-kvroute-decision",
+            "request-id"
+        ]
+    );
+    drop(st);
+    assert_eq!(in_flight(&sh), 0);
+    assert_eq!(
+        sh.router
+            .lock()
+            .stats()
+            .tickets
+            .completed
+            .iter()
+            .sum::<u64>(),
+        1
+    );
+}
+
+#[test]
+fn a_buffered_body_followed_by_trailers_is_routed() {
+    // BUFFERED: Envoy sends the whole body in one message, with end_of_stream false when
+    // request trailers follow (an HTTP/2 client); they never reach kvroute (SKIP).
+    for mode in [
+        Some(BodySendMode::Buffered),
+        Some(BodySendMode::BufferedPartial),
+        None,
+    ] {
+        let sh = shared();
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(post_headers(mode)).unwrap();
+        let r = st
+            .on_message(body_part(r#"{"model":"m","prompt":"hello"}"#, false))
+            .unwrap();
+        assert!(is_routing_reply(&r), "{mode:?}: not routed: {r:?}");
+        assert_eq!(in_flight(&sh), 1);
+    }
+}
+
+#[test]
+fn a_streamed_body_is_collected_and_routed_at_its_last_chunk() {
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    st.on_message(post_headers(Some(BodySendMode::Streamed)))
+        .unwrap();
+    let r = st.on_message(body_part(r#"{"model":"m","#, false)).unwrap();
+    assert!(!is_routing_reply(&r) && in_flight(&sh) == 0, "{r:?}");
+    let r = st
+        .on_message(body_part(r#""prompt":"hello"}"#, true))
+        .unwrap();
+    assert!(is_routing_reply(&r), "{r:?}");
+    assert_eq!(in_flight(&sh), 1);
+}
+
+#[test]
+fn a_body_over_the_limit_without_content_length_gets_413() {
+    // No content-length (chunked or HTTP/2): the limit is checked on the body itself.
+    let sh = shared(); // max_body_bytes = 1000
+    for (mode, parts) in [
+        (Some(BodySendMode::Buffered), vec![1001]),
+        (Some(BodySendMode::Streamed), vec![600, 401]),
+    ] {
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(post_headers(mode)).unwrap();
+        let last = parts
+            .iter()
+            .filter_map(|n| st.on_message(body_part(&"x".repeat(*n), false)))
+            .last()
+            .unwrap();
+        let Some(Response::ImmediateResponse(i)) = last.response else {
+            panic!("{mode:?}: not rejected: {last:?}")
+        };
+        assert_eq!(i.status.unwrap().code, 413);
+        let marker = i
+            .headers
+            .unwrap()
+            .set_headers
+            .into_iter()
+            .any(|h| h.header.unwrap().key == "x-error-request-body-processing");
+        assert!(marker);
+    }
+    let mut st = StreamState::new(sh.clone());
+    st.on_message(post_headers(None)).unwrap();
+    let at_limit = format!(r#"{{"model":"m","prompt":"{}"}}"#, "x".repeat(975));
+    assert_eq!(at_limit.len(), 1000);
+    assert!(is_routing_reply(&st.on_message(body(&at_limit)).unwrap()));
+    assert_eq!(sh.router.lock().stats().tickets.issued, 1);
+}
+
+#[test]
+fn a_model_removed_by_a_reload_is_unknown_again() {
+    let pod = "pods = [{ name = \"a\", address = \"10.0.0.1:80\" }]";
+    let sh = Shared::new(
+        &from_toml(&format!(
+            "[models.m]\n{pod}\n[models.gone]\n{pod}\n[models.empty]\nallow_no_pods = true\npods = []"
+        )),
+        &mut prometheus_client::registry::Registry::default(),
+    )
+    .unwrap();
+    let status = |model: &str| {
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(headers(&[(":path", "/v1/completions")], false));
+        let text = format!(r#"{{"model":"{model}","prompt":"hi"}}"#);
+        match st.on_message(body(&text)).unwrap().response {
+            Some(Response::ImmediateResponse(i)) => {
+                let j: serde_json::Value = serde_json::from_slice(&i.body).unwrap();
+                (i.status.unwrap().code, j["error"]["code"].clone())
+            }
+            _ => (200, serde_json::Value::Null),
+        }
+    };
+    assert_eq!(status("gone").0, 200);
+    assert_eq!(status("empty").0, 503);
+    sh.apply(&from_toml(&format!("[models.m]\n{pod}"))).unwrap();
+    for model in ["gone", "empty"] {
+        assert_eq!(status(model), (400, "model_not_found".into()), "{model}");
+    }
+    assert_eq!(status("m").0, 200);
+    // Added back, served again.
+    sh.apply(&from_toml(&format!(
+        "[models.m]\n{pod}\n[models.gone]\n{pod}"
+    )))
+    .unwrap();
+    assert_eq!(status("gone").0, 200);
+}
+
+#[test]
+fn the_bodys_output_token_limit_reaches_the_router() {
+    let queue_behind = |body_text: &str| {
+        let sh = shared_with("[routing]\nseed = 3\ndefault_strategy = \"least-ttft\"\n[ttft]\nmax_seqs = 1\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(headers(&[(":path", "/v1/completions")], false))
+            .unwrap();
+        st.on_message(body(body_text)).unwrap();
+        let next = sh
+            .router
+            .lock()
+            .route(RouteRequest::new("m", &[]), sh.now());
+        next.unwrap().prediction.queue_ms
+    };
+    let unlimited = queue_behind(r#"{"model":"m","prompt":"hello"}"#);
+    let limited = queue_behind(r#"{"model":"m","prompt":"hello","max_tokens":2}"#);
+    assert!(limited < unlimited / 10, "{limited} vs {unlimited}");
+}
+
+#[test]
+fn get_is_routed_in_the_header_phase() {
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    let r = st
+        .on_message(headers(&[(":path", "/v1/models")], true))
+        .unwrap();
+    assert!(
+        matches!(r.response, Some(Response::RequestHeaders(_))) && r.dynamic_metadata.is_some()
+    );
+    assert_eq!(in_flight(&sh), 1);
+    drop(st);
+    assert_eq!(in_flight(&sh), 0);
+}
+
+#[test]
+fn rejections_take_no_ticket_and_end_the_exchange() {
+    let sh = shared();
+    let cases: Vec<(Vec<ProcessingRequest>, u16)> = vec![
+        (
+            vec![headers(
+                &[(":path", "/v1/completions"), ("routing-strategy", "nope")],
+                false,
+            )],
+            400,
+        ),
+        (
+            vec![headers(
+                &[(":path", "/v1/completions"), ("content-length", "5000")],
+                false,
+            )],
+            413,
+        ),
+        (
+            vec![headers(&[(":path", "/v1/completions")], false), body("{")],
+            400,
+        ),
+        (
+            vec![
+                headers(&[(":path", "/v1/completions")], false),
+                body(r#"{"model":"x"}"#),
+            ],
+            400,
+        ),
+        (
+            vec![
+                headers(&[(":path", "/v1/chat/completions")], false),
+                body(r#"{"model":"m"}"#),
+            ],
+            400,
+        ),
+    ];
+    for (msgs, status) in cases {
+        let mut st = StreamState::new(sh.clone());
+        let last = msgs
+            .into_iter()
+            .filter_map(|m| st.on_message(m))
+            .last()
+            .unwrap();
+        let Some(Response::ImmediateResponse(i)) = last.response else {
+            panic!("not rejected")
+        };
+        assert_eq!(i.status.unwrap().code, i32::from(status));
+        assert!(
+            st.on_message(response_headers("200")).is_none(),
+            "replied after a rejection"
+        );
+        assert_eq!(in_flight(&sh), 0);
+    }
+    assert_eq!(sh.router.lock().stats().tickets.issued, 0);
+}
+
+#[test]
+fn a_model_without_pods_answers_503_and_capacities_follow_reloads() {
+    let text = |cap: &str| {
+        format!("[ttft]\nmax_seqs = 8\n[models.empty]\nallow_no_pods = true\npods = []\n[models.m]\npods = [{{ name = \"a\", address = \"10.0.0.1:80\"{cap} }}]")
+    };
+    let sh = Shared::new(
+        &from_toml(&text(", max_seqs = 3")),
+        &mut prometheus_client::registry::Registry::default(),
+    )
+    .unwrap();
+    let max_seqs = |sh: &Shared| sh.router.lock().pods()[0].max_seqs;
+    assert_eq!(max_seqs(&sh), 3);
+    sh.apply(&from_toml(&text(""))).unwrap();
+    assert_eq!(max_seqs(&sh), 8, "a removed override falls back to [ttft]");
+
+    let mut st = StreamState::new(sh.clone());
+    st.on_message(headers(&[(":path", "/v1/completions")], false));
+    let r = st
+        .on_message(body(r#"{"model":"empty","prompt":"hi"}"#))
+        .unwrap();
+    let Some(Response::ImmediateResponse(i)) = r.response else {
+        panic!("not rejected")
+    };
+    assert_eq!(i.status.unwrap().code, 503);
+}
+
+fn response_body(b: &[u8]) -> ProcessingRequest {
+    ProcessingRequest {
+        request: Some(Request::ResponseBody(HttpBody {
+            body: b.to_vec(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn event_streams_are_timed_within_the_budget() {
+    let sh = shared_with("[stream_timing]\nmax_streams = 1\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
+    let respond = |st: &mut StreamState, pairs: &[(&str, &str)]| {
+        let mut r = headers(pairs, false);
+        if let Some(Request::RequestHeaders(h)) = r.request.take() {
+            r.request = Some(Request::ResponseHeaders(h));
+        }
+        st.on_message(r).unwrap().mode_override
+    };
+    let sse = [(":status", "200"), ("content-type", "text/event-stream")];
+    let routed = || {
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(headers(&[(":path", "/v1/models")], true));
+        st
+    };
+    let (mut a, mut b, mut json, mut failed) = (routed(), routed(), routed(), routed());
+    let mode = respond(&mut a, &sse).expect("the first event stream is timed");
+    assert_eq!(mode, respond::stream_body_mode());
+    assert_eq!(respond(&mut b, &sse), None, "over the budget of 1");
+    let not_sse = [(":status", "200"), ("content-type", "application/json")];
+    assert_eq!(respond(&mut json, &not_sse), None);
+    drop(a);
+    let err = [(":status", "500"), ("content-type", "text/event-stream")];
+    assert_eq!(respond(&mut failed, &err), None, "only 2xx responses");
+    assert_eq!(
+        sh.stream_budget.open(),
+        0,
+        "the permit came back with the stream"
+    );
+    let mut c = routed();
+    assert!(respond(&mut c, &sse).is_some());
+    let reply = c.on_message(response_body(b"data: {}\n\n")).unwrap();
+    assert!(matches!(reply.response, Some(Response::ResponseBody(_))));
+    assert_eq!(sh.stream_budget.open(), 1);
+    drop((b, json, failed, c));
+    assert_eq!(sh.stream_budget.open(), 0);
+    assert_eq!(in_flight(&sh), 0);
+}
+
+fn immediate(r: &ProcessingResponse) -> (i32, serde_json::Value) {
+    let Some(Response::ImmediateResponse(i)) = &r.response else {
+        panic!("not rejected: {r:?}")
+    };
+    let code = i.status.as_ref().unwrap().code;
+    (code, serde_json::from_slice(&i.body).unwrap())
+}
+
+#[test]
+fn the_gateways_subset_hint_restricts_the_pods() {
+    use envoy_types::pb::envoy::config::core::v3::Metadata;
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+    let hint = |list: &str| {
+        let mut h = headers(&[(":path", "/v1/models")], true);
+        let value = Value {
+            kind: Some(Kind::StringValue(list.to_owned())),
+        };
+        let hint = Struct {
+            fields: [(envoy_context::SUBSET_HINT_KEY.to_owned(), value)]
+                .into_iter()
+                .collect(),
+        };
+        h.metadata_context = Some(Metadata {
+            filter_metadata: [(envoy_context::SUBSET_HINT_NAMESPACE.to_owned(), hint)]
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        });
+        h
+    };
+    let sh = shared();
+    for _ in 0..8 {
+        let mut st = StreamState::new(sh.clone());
+        let r = st.on_message(hint("10.0.0.2:80")).unwrap();
+        assert!(r.dynamic_metadata.is_some(), "{r:?}");
+        let to = st.routed.as_ref().unwrap().address.clone();
+        assert_eq!(&*to, "10.0.0.2:80");
+    }
+    let mut st = StreamState::new(sh.clone());
+    let (code, body) = immediate(&st.on_message(hint("10.9.9.9:1")).unwrap());
+    assert_eq!(code, 503);
+    assert_eq!(body["error"]["code"], "service_unavailable");
+    assert_eq!(in_flight(&sh), 0);
+}
+
+#[test]
+fn a_routing_strategy_that_is_not_utf8_is_a_bad_strategy() {
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    let mut h = headers(&[(":path", "/v1/models")], true);
+    if let Some(Request::RequestHeaders(hh)) = &mut h.request {
+        hh.headers.as_mut().unwrap().headers.push(HeaderValue {
+            key: "routing-strategy".into(),
+            raw_value: vec![0xff, b'x'],
+            ..Default::default()
+        });
+    }
+    let (code, body) = immediate(&st.on_message(h).unwrap());
+    assert_eq!(code, 400);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("incorrect routing strategy"));
+}
+
+#[test]
+fn pod_headers_are_hidden_when_the_setting_says_so() {
+    let sh = shared_with("[routing]\nexpose_pod_headers = false\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
+    let mut st = StreamState::new(sh.clone());
+    st.on_message(headers(&[(":path", "/v1/models")], true));
+    let keys = header_keys(st.on_message(response_headers("200")).unwrap());
+    assert_eq!(keys, ["routing-strategy"]);
+}
+
+#[test]
+fn envoys_code_details_decide_the_outcome() {
+    use std::collections::HashMap;
+    let sh = shared();
+    let with_details = |status: &str, details: &str| {
+        let mut r = response_headers(status);
+        let attrs = envoy_types::pb::google::protobuf::Struct {
+            fields: [(
+                envoy_context::CODE_DETAILS.to_owned(),
+                envoy_types::pb::google::protobuf::Value {
+                    kind: Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                        details.to_owned(),
+                    )),
+                },
+            )]
+            .into_iter()
+            .collect(),
+        };
+        r.attributes = HashMap::from([("envoy.filters.http.ext_proc".to_owned(), attrs)]);
+        r
+    };
+    let refused = "upstream_reset_before_response_started{remote_connection_failure}";
+    for (status, details, index) in [
+        ("503", refused, 3),
+        ("500", "via_upstream", 2),
+        (
+            "503",
+            "upstream_reset_before_response_started{connection_termination}",
+            4,
+        ),
+    ] {
+        let mut st = StreamState::new(sh.clone());
+        st.on_message(headers(&[(":path", "/v1/models")], true));
+        st.on_message(with_details(status, details));
+        drop(st);
+        let completed = sh.router.lock().stats().tickets.completed;
+        assert_eq!(completed[index], 1, "{details}: {completed:?}");
+    }
+}
+
+#[test]
+fn upstream_5xx_marks_the_ticket_failed() {
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    st.on_message(headers(&[(":path", "/v1/models")], true));
+    st.on_message(response_headers("503"));
+    drop(st);
+    assert_eq!(
+        sh.router.lock().stats().tickets.completed[2],
+        1,
+        "failed outcome"
+    );
+}
+
+/// Request headers of a POST to `path` as Envoy sends them first when request and
+/// response bodies are `FULL_DUPLEX_STREAMED`.
+fn duplex_headers(path: &str) -> ProcessingRequest {
+    use envoy_types::pb::envoy::service::ext_proc::v3::ProtocolConfiguration;
+    let mut h = headers(&[(":path", path), ("x-request-id", "rid")], false);
+    h.protocol_config = Some(ProtocolConfiguration {
+        request_body_mode: BodySendMode::FullDuplexStreamed as i32,
+        response_body_mode: BodySendMode::FullDuplexStreamed as i32,
+        ..Default::default()
+    });
+    h
+}
+
+/// The reply `on_message` returned, then every queued one.
+fn all_replies(st: &mut StreamState, msg: ProcessingRequest) -> Vec<ProcessingResponse> {
+    let mut out: Vec<_> = st.on_message(msg).into_iter().collect();
+    out.extend(std::iter::from_fn(|| st.next_queued()));
+    out
+}
+
+/// `(bytes, end_of_stream)` of a streamed body reply (request or response).
+fn streamed(r: &ProcessingResponse) -> (Vec<u8>, bool) {
+    use envoy_types::pb::envoy::service::ext_proc::v3::body_mutation::Mutation;
+    let b = match &r.response {
+        Some(Response::RequestBody(b) | Response::ResponseBody(b)) => b,
+        other => panic!("not a body reply: {other:?}"),
+    };
+    let m = b.response.as_ref().and_then(|c| c.body_mutation.clone());
+    let Some(Mutation::StreamedResponse(s)) = m.and_then(|m| m.mutation) else {
+        panic!("not a streamed body: {r:?}")
+    };
+    (s.body, s.end_of_stream)
+}
+
+const LARGE: &str = "[routing]\nseed = 3\n[limits]\nmax_body_bytes = 400000\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]";
+
+#[test]
+fn full_duplex_defers_the_header_reply_and_echoes_the_body_in_64_kib_pieces() {
+    let sh = shared_with(LARGE);
+    let mut st = StreamState::new(sh.clone());
+    let text = format!(r#"{{"model":"m","prompt":"{}"}}"#, "x".repeat(150_000));
+    assert!(all_replies(&mut st, duplex_headers("/v1/completions")).is_empty());
+    let parts: Vec<&[u8]> = text.as_bytes().chunks(40_000).collect();
+    for p in &parts[..parts.len() - 1] {
+        let r = all_replies(&mut st, body_part(std::str::from_utf8(p).unwrap(), false));
+        assert!(r.is_empty(), "a chunk before the last gets no reply: {r:?}");
+    }
+    assert_eq!(in_flight(&sh), 0, "not routed before the body's end");
+    let last = std::str::from_utf8(parts[parts.len() - 1]).unwrap();
+    let replies = all_replies(&mut st, body_part(last, true));
+    // The headers reply carries the routing.
+    let first = &replies[0];
+    let Some(Response::RequestHeaders(h)) = &first.response else {
+        panic!("the first reply is not the headers': {first:?}")
+    };
+    let common = h.response.as_ref().unwrap();
+    assert!(common.clear_route_cache);
+    let keys: Vec<&str> = common
+        .header_mutation
+        .as_ref()
+        .unwrap()
+        .set_headers
+        .iter()
+        .map(|o| o.header.as_ref().unwrap().key.as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            respond::DESTINATION_HEADER,
+            "target-pod",
+            "routing-strategy"
+        ]
+    );
+    let md = first.dynamic_metadata.as_ref().expect("envoy.lb metadata");
+    assert!(md.fields.contains_key(respond::LB_NAMESPACE));
+    assert_eq!(in_flight(&sh), 1);
+    // Then the body, whole, in pieces of at most 64 KiB, only the last ending the stream.
+    let pieces: Vec<(Vec<u8>, bool)> = replies[1..].iter().map(streamed).collect();
+    assert_eq!(pieces.len(), text.len().div_ceil(crate::duplex::MAX_CHUNK));
+    assert!(pieces
+        .iter()
+        .all(|(b, _)| b.len() <= crate::duplex::MAX_CHUNK));
+    let ends: Vec<bool> = pieces.iter().map(|p| p.1).collect();
+    assert!(ends[..ends.len() - 1].iter().all(|e| !e) && ends[ends.len() - 1]);
+    let joined: Vec<u8> = pieces.into_iter().flat_map(|p| p.0).collect();
+    assert_eq!(joined, text.as_bytes());
+    drop(st);
+    assert_eq!(in_flight(&sh), 0);
+}
+
+#[test]
+fn full_duplex_trailers_end_the_request() {
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    assert!(all_replies(&mut st, duplex_headers("/v1/completions")).is_empty());
+    let text = r#"{"model":"m","prompt":"hello"}"#;
+    assert!(all_replies(&mut st, body_part(text, false)).is_empty());
+    let trailers = ProcessingRequest {
+        request: Some(Request::RequestTrailers(Default::default())),
+        ..Default::default()
+    };
+    let replies = all_replies(&mut st, trailers);
+    assert_eq!(replies.len(), 3, "{replies:?}");
+    assert!(matches!(
+        replies[0].response,
+        Some(Response::RequestHeaders(_))
+    ));
+    assert!(replies[0].dynamic_metadata.is_some());
+    assert_eq!(streamed(&replies[1]), (text.as_bytes().to_vec(), false));
+    assert!(matches!(
+        replies[2].response,
+        Some(Response::RequestTrailers(_))
+    ));
+    assert_eq!(in_flight(&sh), 1);
+}
+
+#[test]
+fn full_duplex_errors_are_immediate_responses_without_a_ticket() {
+    let sh = shared(); // max_body_bytes = 1000
+    let cases: Vec<(Vec<ProcessingRequest>, u16)> = vec![
+        (
+            vec![
+                duplex_headers("/v1/completions"),
+                body(r#"{"model":"x","prompt":"p"}"#),
+            ],
+            400,
+        ),
+        (vec![duplex_headers("/v1/completions"), body("{")], 400),
+        (
+            vec![
+                duplex_headers("/v1/chat/completions"),
+                body(r#"{"model":"m"}"#),
+            ],
+            400,
+        ),
+        (
+            vec![
+                duplex_headers("/v1/completions"),
+                body_part(&"x".repeat(600), false),
+                body_part(&"x".repeat(401), false),
+            ],
+            413,
+        ),
+    ];
+    for (msgs, status) in cases {
+        let mut st = StreamState::new(sh.clone());
+        let replies: Vec<_> = msgs
+            .into_iter()
+            .flat_map(|m| all_replies(&mut st, m))
+            .collect();
+        assert_eq!(replies.len(), 1, "{replies:?}");
+        assert_eq!(immediate(&replies[0]).0, i32::from(status));
+        assert!(all_replies(&mut st, body_part("more", true)).is_empty());
+        assert_eq!(in_flight(&sh), 0);
+    }
+    // A bad strategy is answered at once, on the headers.
+    let mut st = StreamState::new(sh.clone());
+    let mut h = duplex_headers("/v1/completions");
+    if let Some(Request::RequestHeaders(hh)) = &mut h.request {
+        hh.headers.as_mut().unwrap().headers.push(HeaderValue {
+            key: "routing-strategy".into(),
+            raw_value: b"nope".to_vec(),
+            ..Default::default()
+        });
+    }
+    assert_eq!(immediate(&st.on_message(h).unwrap()).0, 400);
+    assert_eq!(sh.router.lock().stats().tickets.issued, 0);
+}
+
+#[test]
+fn full_duplex_response_chunks_are_echoed_and_timed_outside_the_budget() {
+    let sh = shared_with("[stream_timing]\nmax_streams = 1\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }]");
+    let mut st = StreamState::new(sh.clone());
+    all_replies(&mut st, duplex_headers("/v1/completions"));
+    let replies = all_replies(&mut st, body(r#"{"model":"m","prompt":"hi"}"#));
+    assert_eq!(replies.len(), 2);
+    let mut r = headers(
+        &[(":status", "200"), ("content-type", "text/event-stream")],
+        false,
+    );
+    if let Some(Request::RequestHeaders(h)) = r.request.take() {
+        r.request = Some(Request::ResponseHeaders(h));
+    }
+    let replies = all_replies(&mut st, r);
+    assert_eq!(replies.len(), 1);
+    assert!(matches!(
+        replies[0].response,
+        Some(Response::ResponseHeaders(_))
+    ));
+    assert_eq!(
+        replies[0].mode_override, None,
+        "the body comes through kvroute anyway"
+    );
+    assert_eq!(sh.stream_budget.open(), 0, "no budget taken");
+    let usage =
+        "data: {\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
+    let chunks: [(&[u8], bool); 4] = [
+        (b"data: {}\n\n", false),
+        (b"", false),
+        (usage.as_bytes(), false),
+        (b"", true),
+    ];
+    for (bytes, end_of_stream) in chunks {
+        let msg = ProcessingRequest {
+            request: Some(Request::ResponseBody(HttpBody {
+                body: bytes.to_vec(),
+                end_of_stream,
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let replies = all_replies(&mut st, msg);
+        if bytes.is_empty() && !end_of_stream {
+            assert!(replies.is_empty(), "nothing to pass back");
+            continue;
+        }
+        assert_eq!(replies.len(), 1);
+        assert!(matches!(
+            replies[0].response,
+            Some(Response::ResponseBody(_))
+        ));
+        assert_eq!(streamed(&replies[0]), (bytes.to_vec(), end_of_stream));
+    }
+    let timing = st.routed.as_mut().unwrap().guard.timing_mut().unwrap();
+    assert!(timing.first_chunk().is_some());
+    assert_eq!(timing.usage().unwrap().prompt_tokens, Some(7));
+    let trailers = ProcessingRequest {
+        request: Some(Request::ResponseTrailers(Default::default())),
+        ..Default::default()
+    };
+    let replies = all_replies(&mut st, trailers);
+    assert!(matches!(
+        replies[..],
+        [ProcessingResponse {
+            response: Some(Response::ResponseTrailers(_)),
+            ..
+        }]
+    ));
+    drop(st);
+    assert_eq!(in_flight(&sh), 0);
+}
+
+#[test]
+fn full_duplex_get_is_routed_on_its_headers() {
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    let mut h = duplex_headers("/v1/models");
+    if let Some(Request::RequestHeaders(hh)) = &mut h.request {
+        hh.end_of_stream = true;
+    }
+    let replies = all_replies(&mut st, h);
+    assert_eq!(replies.len(), 1);
+    assert!(matches!(
+        replies[0].response,
+        Some(Response::RequestHeaders(_))
+    ));
+    assert!(replies[0].dynamic_metadata.is_some());
+    assert_eq!(in_flight(&sh), 1);
+}
+
+#[test]
+fn buffered_exchanges_queue_nothing() {
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    let msgs = [
+        post_headers(Some(BodySendMode::Buffered)),
+        body(r#"{"model":"m","prompt":"hello"}"#),
+        response_headers("200"),
+        response_body(b"{}"),
+    ];
+    for m in msgs {
+        assert_eq!(all_replies(&mut st, m).len(), 1, "one reply per message");
+    }
+    assert_eq!(in_flight(&sh), 1);
+}
