@@ -197,7 +197,7 @@ impl Metrics {
     }
 
     /// A timed response succeeded; `had_body`: whether any of its body reached kvroute. True
-    /// once, when the [`TIMED_WITHOUT_BODY_WARNING`]-th without a body ends and none ever had
+    /// once, when the third (`TIMED_WITHOUT_BODY_WARNING`) without a body ends and none ever had
     /// one (for a one-time warning that Envoy ignores the mode override).
     pub fn timed_response_succeeded(&self, had_body: bool) -> bool {
         if had_body {

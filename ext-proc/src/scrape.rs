@@ -13,7 +13,7 @@
 //!   `ttft.snapshot_max_age_ms` and the pod keeps routing on the router's own counts.
 //! - Every failure counts in `kvroute_engine_scrape_errors_total{pod}`; a warning is logged
 //!   when a pod goes from healthy (or unknown) to failing, an info line when it recovers.
-//! - The latest good snapshot of each pod is kept in [`EngineTable`] for the metrics export
+//! - The latest good snapshot of each pod is kept in [`crate::engines::EngineTable`] for the metrics export
 //!   (`kvroute_engine_*`); removed pods are dropped from it.
 //! - Interval and timeout are read from the current settings each round (reloads apply);
 //!   interval 0 (`None`) turns scraping off and clears the table.
