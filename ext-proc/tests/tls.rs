@@ -127,6 +127,12 @@ fn envoy_routes_through_kvroute_over_mutual_tls() {
             "not routed: {r:?}"
         );
     }
+    // Every side stream closed before Envoy goes (a connection lost mid-request would hold its
+    // slot until the request's predicted end).
+    wait_for(std::time::Duration::from_secs(5), || {
+        (ext.in_flight() == 0).then_some(())
+    })
+    .expect("the routed requests were not released");
     drop(envoy);
 
     // An Envoy without a client certificate is refused: requests fall back, unrouted.
