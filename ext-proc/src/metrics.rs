@@ -23,6 +23,11 @@ use crate::engines::EngineTable;
 
 type Labels = Vec<(&'static str, String)>;
 
+/// Time to first token: 14 exponential buckets from 10 ms, factor 2 (up to 82 s).
+fn ttft_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 14))
+}
+
 fn latency_histogram() -> Histogram {
     // AIBrix: 15 exponential buckets from 10 µs, factor 2 (up to 163.84 ms).
     Histogram::new(exponential_buckets(1e-5, 2.0, 15))
@@ -32,6 +37,8 @@ fn latency_histogram() -> Histogram {
 #[derive(Debug)]
 pub struct Metrics {
     routing_latency: Family<Labels, Histogram, fn() -> Histogram>,
+    ttft_predicted: Family<Labels, Histogram, fn() -> Histogram>,
+    first_token: Family<Labels, Histogram, fn() -> Histogram>,
     rejects: Family<Labels, Counter>,
     streams_open: Gauge,
     stream_ends: Family<Labels, Counter>,
@@ -72,6 +79,8 @@ impl Metrics {
     ) -> Metrics {
         let m = Metrics {
             routing_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
+            ttft_predicted: Family::new_with_constructor(ttft_histogram as fn() -> Histogram),
+            first_token: Family::new_with_constructor(ttft_histogram as fn() -> Histogram),
             rejects: Family::default(),
             streams_open: Gauge::default(),
             stream_ends: Family::default(),
@@ -129,6 +138,16 @@ impl Metrics {
             m.timed_without_body.clone(),
         );
         registry.register(
+            "kvroute_ttft_predicted_seconds",
+            "Time to first token the TTFT model predicted for each routed request, by model and chosen pod",
+            m.ttft_predicted.clone(),
+        );
+        registry.register(
+            "kvroute_first_token_seconds",
+            "Time from routing to the first response body chunk of timed streaming responses (a sample: [stream_timing]), by model and pod",
+            m.first_token.clone(),
+        );
+        registry.register(
             "kvroute_config_last_reload_successful",
             "1 while the configuration in force is the file's latest version (start-up or last reload applied), 0 after a refused reload until one applies",
             m.reload_ok.clone(),
@@ -157,6 +176,18 @@ impl Metrics {
             ("using_kv_sync", "false".to_owned()),
         ];
         self.routing_latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Records the TTFT predicted for a request routed to `pod`.
+    pub fn observe_prediction(&self, model: &str, pod: &str, seconds: f64) {
+        let labels = vec![("model", model.to_owned()), ("pod", pod.to_owned())];
+        self.ttft_predicted.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Records a first token measured on a timed response from `pod`.
+    pub fn observe_first_token(&self, model: &str, pod: &str, seconds: f64) {
+        let labels = vec![("model", model.to_owned()), ("pod", pod.to_owned())];
+        self.first_token.get_or_create(&labels).observe(seconds);
     }
 
     /// Counts a rejection.

@@ -47,6 +47,9 @@ use crate::stream_timing::ResponseTiming;
 pub struct TicketGuard {
     shared: Arc<Shared>,
     ticket: Ticket,
+    /// The model routed for and the pod chosen (for the first-token metric).
+    model: Arc<str>,
+    pod: Arc<str>,
     routed_at: Instant,
     response: ResponseEnd,
     timing: Option<ResponseTiming>,
@@ -55,11 +58,14 @@ pub struct TicketGuard {
 }
 
 impl TicketGuard {
-    /// Takes ownership of `ticket` (just issued by the router in `shared`).
-    pub fn new(shared: Arc<Shared>, ticket: Ticket) -> Self {
+    /// Takes ownership of `ticket` (just issued by the router in `shared` for `model`, to
+    /// `pod`).
+    pub fn new(shared: Arc<Shared>, ticket: Ticket, model: Arc<str>, pod: Arc<str>) -> Self {
         TicketGuard {
             shared,
             ticket,
+            model,
+            pod,
             routed_at: Instant::now(),
             response: ResponseEnd::default(),
             timing: None,
@@ -147,6 +153,11 @@ impl Drop for TicketGuard {
                 );
             }
         }
+        if let Some(ms) = completion.timings.first_token_ms {
+            let seconds = ms as f64 / 1_000.0;
+            let metrics = &self.shared.metrics;
+            metrics.observe_first_token(&self.model, &self.pod, seconds);
+        }
         let now = self.shared.now();
         let mut router = self.shared.router.lock();
         let result = router.complete(self.ticket, completion, now);
@@ -193,7 +204,7 @@ mod tests {
             .lock()
             .route(kvroute_core::RouteRequest::new("m", &[]), now)
             .unwrap();
-        TicketGuard::new(sh, d.ticket)
+        TicketGuard::new(sh, d.ticket, Arc::from("m"), d.pod_name.clone())
     }
 
     #[test]
@@ -238,7 +249,7 @@ mod tests {
                 .lock()
                 .route(kvroute_core::RouteRequest::new("m", &[]), shared.now())
                 .unwrap();
-            let mut g = TicketGuard::new(Arc::clone(&shared), d.ticket);
+            let mut g = TicketGuard::new(Arc::clone(&shared), d.ticket, Arc::from("m"), d.pod_name);
             g.time_response(ResponseTiming::new(budget.try_acquire(4).unwrap()));
             if chunk {
                 let at = g_routed(&g, 5);

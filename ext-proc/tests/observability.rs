@@ -34,7 +34,7 @@ const RATE_INTERVAL: &str = "15s";
 const NOT_CHECKABLE: &[(&str, &str)] = &[(
     "vllm:time_to_first_token_seconds",
     "kvroute-sim serve does not export vLLM's TTFT histogram (it keeps sums and counts of prefill \
-     and inter-token times only), and kvroute exports no TTFT of its own",
+     and inter-token times only)",
 )];
 
 fn observability_dir() -> PathBuf {

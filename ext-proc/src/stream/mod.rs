@@ -398,7 +398,17 @@ impl StreamState {
             Err(RouteError::NoPodInSubset) => return Err(Reject::NoPodInSubset(model.to_owned())),
             Err(_) => return Err(Reject::NoReadyPod(model.to_owned())),
         };
-        let guard = TicketGuard::new(self.shared.clone(), decision.ticket);
+        let guard = TicketGuard::new(
+            self.shared.clone(),
+            decision.ticket,
+            Arc::from(model),
+            decision.pod_name.clone(),
+        );
+        self.shared.metrics.observe_prediction(
+            model,
+            &decision.pod_name,
+            f64::from(decision.prediction.ttft_ms) / 1_000.0,
+        );
         self.shared
             .metrics
             .observe_routing(model, started.elapsed().as_secs_f64());
