@@ -27,6 +27,8 @@ test-e2e: $(ENVOY_BIN)
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test full_duplex -- --ignored --test-threads 2
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test tls -- --ignored
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test discovery -- --ignored --nocapture
+	# The READMEs' commands as written: ext-proc Quick start, envoy/README.md, make demo's script at its end and on Ctrl-C (a few seconds).
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test readme_commands -- --ignored --test-threads 2
 	# Fleet faults, one at a time (they count requests and time readmissions; about 20 s).
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test faults -- --ignored --test-threads 1 --nocapture
 	# Alone, so that no other test's load disturbs the latencies it compares (about 30 s).

@@ -43,9 +43,14 @@ echo "replicas: replica-a=$A replica-b=$B (speed-up $SPEEDUP)"
 echo "kvroute-ext-proc: grpc=$EXT_GRPC admin=http://$EXT_ADMIN/metrics"
 echo "envoy: http://$ENVOY_LISTEN (admin $ENVOY_ADMIN)"
 echo
+# In the background and waited for, so that a SIGTERM to this script stops everything at once
+# (bash runs its trap only between foreground commands); the cleanup stops it too (a background
+# job of a script ignores Ctrl-C's SIGINT).
 "$BIN/kvroute-sim" replay --url "http://$ENVOY_LISTEN" --scenario hot50 \
     --strategy prefix-cache --strategy least-request --strategy least-ttft --requests "$REQUESTS" --speedup "$SPEEDUP" \
-    --direct "http://$A" "http://$B"
+    --direct "http://$A" "http://$B" &
+PIDS+=($!)
+wait $!
 echo
 echo "kvroute-ext-proc counters after the run:"
 curl -s "http://$EXT_ADMIN/metrics" | grep -E '^(kvroute_pod_in_flight|kvroute_pod_routed_total|kvroute_tickets_completed_total|aibrix_prefix_cache_routing_selection_total|aibrix_prefix_cache_load_imbalance_total|kvroute_ttft_)'
