@@ -287,16 +287,7 @@ impl StreamState {
     /// headers' (the destination), the body passed back (ending the stream unless
     /// `trailers` end it), and the trailers' when they came.
     fn route_duplex_body(&mut self, trailers: bool) -> Result<Option<ProcessingResponse>, Reject> {
-        let endpoint = Endpoint::from_path(&self.info.path);
-        let body = std::mem::take(&mut self.body);
-        let extracted = extract(endpoint, &body).map_err(reject)?;
-        let model = extracted.model.as_deref().unwrap_or("");
-        let to = self.route(
-            model,
-            extracted.prompt.as_bytes(),
-            extracted.max_output_tokens,
-        )?;
-        drop(extracted);
+        let (body, to) = self.route_collected_body()?;
         self.outbox
             .push_reply(respond::route_in_headers(&to.as_route_to()));
         self.outbox.push_echo(true, body, !trailers);
@@ -343,16 +334,24 @@ impl StreamState {
             self.body.extend_from_slice(&chunk);
         }
         if self.body_in_chunks && !end_of_stream {
-            // STREAMED or FULL_DUPLEX_STREAMED: a misconfiguration that cannot route, since
-            // Envoy sends the headers upstream after its reply to them, before the body is
-            // here (measured against Envoy 1.40). Collect and route at the last chunk
-            // anyway; the decision takes effect only if the whole body came at once.
+            // STREAMED: a misconfiguration that cannot route, since Envoy sends the headers
+            // upstream after its reply to them, before the body is here (measured against
+            // Envoy 1.40). Collect and route at the last chunk anyway; the decision takes
+            // effect only if the whole body came at once. (FULL_DUPLEX_STREAMED has its own
+            // path: kvroute answers the headers after the body.)
             return Ok(respond::continue_body(true));
         }
         // BUFFERED (or BUFFERED_PARTIAL): this one message is the whole body (or all of it
         // Envoy will send), also when `end_of_stream` is false (request trailers follow, and
         // `request_trailer_mode: SKIP` keeps them from kvroute).
         // Waiting for more would let the request go un-routed to the fallback route.
+        let (_, to) = self.route_collected_body()?;
+        Ok(respond::route_in_body(&to.as_route_to()))
+    }
+
+    /// Extracts the model and prompt from the body collected so far and routes on them;
+    /// returns the body (taken from the state) and where the request goes.
+    fn route_collected_body(&mut self) -> Result<(Vec<u8>, RoutedView), Reject> {
         let endpoint = Endpoint::from_path(&self.info.path);
         let body = std::mem::take(&mut self.body);
         let extracted = extract(endpoint, &body).map_err(reject)?;
@@ -362,7 +361,8 @@ impl StreamState {
             extracted.prompt.as_bytes(),
             extracted.max_output_tokens,
         )?;
-        Ok(respond::route_in_body(&to.as_route_to()))
+        drop(extracted);
+        Ok((body, to))
     }
 
     /// Hashes `prompt` outside the router lock, then routes under it (with the body's
