@@ -96,21 +96,14 @@ fn post_chunked_answered_early(addr: &str, path: &str, body: &[u8]) -> Resp {
 
 /// `raw` as a response once its head and `content-length` bytes of body are there.
 fn complete_response(raw: &[u8]) -> Option<Resp> {
-    let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = std::str::from_utf8(&raw[..end]).ok()?;
-    let mut lines = head.split("\r\n");
-    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let headers: Vec<(String, String)> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
+    let (status, headers, start) = parse_head(raw)?;
     let length: usize = headers
         .iter()
         .find(|(k, _)| k == "content-length")?
         .1
         .parse()
         .ok()?;
-    let body = raw.get(end + 4..end + 4 + length)?.to_vec();
+    let body = raw.get(start..start + length)?.to_vec();
     Some(Resp {
         status,
         headers,

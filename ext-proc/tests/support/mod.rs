@@ -460,7 +460,11 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
         .unwrap_or_else(|e| panic!("{method} {addr}{path}: {e}"))
 }
 
-fn parse_response(raw: &[u8]) -> Option<Resp> {
+/// Header names (lower-cased) and values.
+pub type Headers = Vec<(String, String)>;
+
+/// A response head: status, headers, and where the body starts in `raw`.
+pub fn parse_head(raw: &[u8]) -> Option<(u16, Headers, usize)> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");
@@ -469,7 +473,12 @@ fn parse_response(raw: &[u8]) -> Option<Resp> {
         .filter_map(|l| l.split_once(':'))
         .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
         .collect();
-    let mut body = raw[end + 4..].to_vec();
+    Some((status, headers, end + 4))
+}
+
+fn parse_response(raw: &[u8]) -> Option<Resp> {
+    let (status, headers, start) = parse_head(raw)?;
+    let mut body = raw[start..].to_vec();
     if headers
         .iter()
         .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
