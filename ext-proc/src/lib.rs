@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod process_metrics;
 pub mod reload;
 pub mod respond;
+pub mod routing;
 pub mod scrape;
 pub mod service;
 pub mod shared;

@@ -39,76 +39,30 @@ use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_
 use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_request::Request, HttpHeaders, ProcessingRequest, ProcessingResponse,
 };
-use kvroute_core::{Decision, RouteError, RouteRequest, StrategySpec};
+use kvroute_core::StrategySpec;
 
 use crate::duplex::Outbox;
 use crate::envoy_context;
-use crate::extract::{extract, reject, Endpoint};
-use crate::health::ResponseEnd;
-use crate::respond::{self, echoed_value, header, Reject, RouteTo};
+use crate::respond::{self, header, Reject, RouteTo};
+use crate::routing::{self, ResponseHead, RouteInputs, Routed, TimingPolicy};
 use crate::shared::Shared;
-use crate::stream_timing::{self, is_event_stream, ResponseTiming};
-use crate::ticket_guard::TicketGuard;
 
-/// Request facts read from the request headers.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RequestInfo {
-    /// `:path`
-    pub path: String,
-    /// `x-request-id` (Envoy generates one when the client sent none).
-    pub request_id: Option<String>,
-    /// `routing-strategy`, when present and not blank.
-    pub strategy: Option<String>,
-    /// `content-length`, when present and numeric.
-    pub content_length: Option<u64>,
-    /// `model` header (used for requests without a body).
-    pub model: Option<String>,
-}
+pub use crate::routing::RequestInfo;
 
-impl RequestInfo {
-    /// Reads the headers kvroute uses. Values arrive in `raw_value` (Envoy 1.40); `value` is
-    /// read as a fallback. Non-UTF-8 values count as absent, except a `routing-strategy`,
-    /// which is kept (lossily) so that it gets the 400 of an invalid strategy.
-    pub fn from_headers(h: &HttpHeaders) -> RequestInfo {
-        let mut info = RequestInfo::default();
-        let Some(map) = &h.headers else { return info };
-        for hv in &map.headers {
-            let value = if hv.raw_value.is_empty() {
-                Some(hv.value.as_str())
-            } else {
-                std::str::from_utf8(&hv.raw_value).ok()
-            };
-            let Some(value) = value else {
-                // Not UTF-8: a strategy that cannot be valid gets the same 400 as any other.
-                if hv.key == "routing-strategy" {
-                    info.strategy = Some(String::from_utf8_lossy(&hv.raw_value).into_owned());
-                }
-                continue;
-            };
-            match hv.key.as_str() {
-                ":path" => info.path = value.to_owned(),
-                "x-request-id" => info.request_id = Some(value.to_owned()),
-                "routing-strategy" if !value.trim().is_empty() => {
-                    info.strategy = Some(value.to_owned())
-                }
-                "content-length" => info.content_length = value.trim().parse().ok(),
-                "model" if !value.is_empty() => info.model = Some(value.to_owned()),
-                _ => {}
-            }
-        }
-        info
+/// Reads the headers kvroute uses ([`RequestInfo::read_header`]). Values arrive in
+/// `raw_value` (Envoy 1.40); `value` is read as a fallback.
+pub fn request_info(h: &HttpHeaders) -> RequestInfo {
+    let mut info = RequestInfo::default();
+    let Some(map) = &h.headers else { return info };
+    for hv in &map.headers {
+        let value = if hv.raw_value.is_empty() {
+            hv.value.as_bytes()
+        } else {
+            &hv.raw_value
+        };
+        info.read_header(&hv.key, value);
     }
-}
-
-/// What the decision left for the response headers and the guard.
-#[derive(Debug)]
-struct Routed {
-    pod_name: Arc<str>,
-    address: Arc<str>,
-    strategy: String,
-    /// Rendered only when the response-headers phase asks for `x-kvroute-decision`.
-    decision: Decision,
-    guard: TicketGuard,
+    info
 }
 
 /// Per-stream state. Dropping it releases the ticket, if any.
@@ -229,20 +183,7 @@ impl StreamState {
             Ok(r) => r,
             Err(reject) => {
                 self.rejected = true;
-                self.shared.metrics.reject(reject.kind());
-                if let Reject::BadBody(reason) = &reject {
-                    tracing::debug!(
-                        request_id = self.info.request_id.as_deref().unwrap_or(""),
-                        reason,
-                        "request body rejected"
-                    );
-                }
-                tracing::info!(
-                    request_id = self.info.request_id.as_deref().unwrap_or(""),
-                    status = reject.status(),
-                    kind = reject.kind(),
-                    "rejected"
-                );
+                routing::log_reject(&self.shared, self.info.request_id.as_deref(), &reject);
                 // Nothing queued goes out after an immediate response.
                 self.outbox = Outbox::default();
                 Some(reject.to_response(self.info.request_id.as_deref()))
@@ -298,23 +239,13 @@ impl StreamState {
     }
 
     fn on_request_headers(&mut self, h: &HttpHeaders) -> Result<ProcessingResponse, Reject> {
-        self.info = RequestInfo::from_headers(h);
-        if let Some(s) = &self.info.strategy {
-            self.strategy =
-                Some(StrategySpec::parse(s).map_err(|_| Reject::BadStrategy(s.trim().to_owned()))?);
-        }
-        let limit = self.shared.settings().max_body_bytes;
-        if self.info.content_length.is_some_and(|n| n > limit as u64) {
-            return Err(Reject::TooLarge { limit });
-        }
+        self.info = request_info(h);
+        self.strategy = self.info.check(self.shared.settings().max_body_bytes)?;
         if h.end_of_stream {
-            let model = self
-                .info
-                .model
-                .clone()
-                .or_else(|| self.shared.settings().default_model.clone());
-            let to = self.route(model.as_deref().unwrap_or(""), &[], None)?;
-            return Ok(respond::route_in_headers(&to.as_route_to()));
+            let routed = routing::route_without_body(&self.shared, self.inputs())?;
+            let reply = respond::route_in_headers(&route_to(&routed));
+            self.routed = Some(routed);
+            return Ok(reply);
         }
         Ok(respond::continue_request_headers())
     }
@@ -349,96 +280,25 @@ impl StreamState {
         Ok(respond::route_in_body(&to.as_route_to()))
     }
 
-    /// Extracts the model and prompt from the body collected so far and routes on them;
-    /// returns the body (taken from the state) and where the request goes.
+    /// Routes on the body collected so far; returns the body (taken from the state) and the
+    /// routing reply's parts.
     fn route_collected_body(&mut self) -> Result<(Vec<u8>, RoutedView), Reject> {
-        let endpoint = Endpoint::from_path(&self.info.path);
         let body = std::mem::take(&mut self.body);
-        let extracted = extract(endpoint, &body).map_err(reject)?;
-        let model = extracted.model.as_deref().unwrap_or("");
-        let to = self.route(
-            model,
-            extracted.prompt.as_bytes(),
-            extracted.max_output_tokens,
-        )?;
-        drop(extracted);
-        Ok((body, to))
-    }
-
-    /// Hashes `prompt` outside the router lock, then routes under it (with the body's
-    /// output-token limit, if any). A reload that changes the hashing between the two locks
-    /// only costs this request its prefix match.
-    fn route(
-        &mut self,
-        model: &str,
-        prompt: &[u8],
-        max_output_tokens: Option<u32>,
-    ) -> Result<RoutedView, Reject> {
-        let settings = self.shared.settings();
-        let model = settings.routing_model.as_deref().unwrap_or(model);
-        let hash = self.shared.router.lock().hash_config();
-        let hashes = hash.hashes(prompt);
-        let subset: Option<Vec<&str>> = self
-            .subset
-            .as_ref()
-            .map(|s| s.iter().map(String::as_str).collect());
-        let now = self.shared.now();
-        let started = std::time::Instant::now();
-        let req = RouteRequest {
-            model,
-            strategy: self.strategy.as_ref(),
-            hashes: &hashes,
-            max_output_tokens,
-            endpoint_subset: subset.as_deref(),
-        };
-        let result = self.shared.router.lock().route(req, now);
-        let decision = match result {
-            Ok(d) => d,
-            Err(RouteError::UnknownModel) => return Err(Reject::UnknownModel(model.to_owned())),
-            Err(RouteError::NoPodInSubset) => return Err(Reject::NoPodInSubset(model.to_owned())),
-            Err(_) => return Err(Reject::NoReadyPod(model.to_owned())),
-        };
-        let guard = TicketGuard::new(
-            self.shared.clone(),
-            decision.ticket,
-            Arc::from(model),
-            decision.pod_name.clone(),
-        );
-        self.shared.metrics.observe_prediction(
-            model,
-            &decision.pod_name,
-            f64::from(decision.prediction.ttft_ms) / 1_000.0,
-        );
-        self.shared
-            .metrics
-            .observe_routing(model, started.elapsed().as_secs_f64());
-        let strategy = match &self.info.strategy {
-            Some(s) => s.clone(),
-            None => self.shared.settings().default_strategy_text.clone(),
-        };
-        self.shared
-            .decisions
-            .record(self.info.request_id.as_deref(), model, &strategy, &decision);
-        tracing::debug!(
-            request_id = self.info.request_id.as_deref().unwrap_or(""),
-            pod = &*decision.pod_name,
-            reason = decision.reason.as_str(),
-            decision = %decision,
-            "routed"
-        );
-        let routed = Routed {
-            pod_name: decision.pod_name.clone(),
-            address: decision.address.clone(),
-            strategy,
-            decision,
-            guard,
-        };
+        let routed = routing::route_body(&self.shared, self.inputs(), &body)?;
         let view = RoutedView {
             address: routed.address.clone(),
             strategy: routed.strategy.clone(),
         };
         self.routed = Some(routed);
-        Ok(view)
+        Ok((body, view))
+    }
+
+    fn inputs(&self) -> RouteInputs<'_> {
+        RouteInputs {
+            info: &self.info,
+            strategy: self.strategy.as_ref(),
+            subset: self.subset.as_deref(),
+        }
     }
 
     fn on_response_headers(
@@ -458,51 +318,26 @@ impl StreamState {
                 })
             })
         };
-        let status = value(":status").and_then(|s| s.parse::<u16>().ok());
-        let mut headers = Vec::with_capacity(5);
-        let mut timed = false;
-        let settings = self.shared.settings();
-        if let Some(r) = &mut self.routed {
-            r.guard.on_response(ResponseEnd {
-                headers_seen: true,
-                status,
-                code_details,
-            });
-            if status.is_some_and(|s| (200..300).contains(&s))
-                && value("content-type").is_some_and(is_event_stream)
-            {
-                if self.duplex_response {
-                    // Every chunk comes through kvroute anyway (one round trip each, paid by
-                    // the mode): timed without the budget and without a mode override.
-                    if settings.max_timed_streams > 0 {
-                        r.guard.time_response(ResponseTiming::unbudgeted());
-                        self.shared.metrics.response_timed();
-                    }
-                } else {
-                    let cold_prefill = r
-                        .decision
-                        .prediction
-                        .is_cold_prefill(settings.engine_block_tokens);
-                    let max = stream_timing::budget_for(settings.max_timed_streams, cold_prefill);
-                    if let Some(permit) = self.shared.stream_budget.try_acquire(max) {
-                        r.guard.time_response(ResponseTiming::new(permit));
-                        self.shared.metrics.response_timed();
-                        timed = true;
-                    }
-                }
-            }
-            if settings.expose_pod_headers {
-                headers.push(header("target-pod", r.pod_name.as_bytes()));
-                headers.push(header("target-pod-ip", r.address.as_bytes()));
-            }
-            headers.push(header("routing-strategy", r.strategy.as_bytes()));
-            if settings.expose_pod_headers {
-                headers.push(header("x-kvroute-decision", r.decision.to_string()));
-            }
-        }
-        if let Some(id) = &self.info.request_id {
-            headers.push(header("request-id", echoed_value(id)));
-        }
+        let head = ResponseHead {
+            status: value(":status").and_then(|s| s.parse::<u16>().ok()),
+            content_type: value("content-type"),
+        };
+        // Full duplex: every chunk comes through kvroute anyway (one round trip each, paid
+        // by the mode), so timing needs neither the budget nor a mode override.
+        let policy = if self.duplex_response {
+            TimingPolicy::Free
+        } else {
+            TimingPolicy::Budgeted
+        };
+        let (headers, timed) = routing::on_response_headers(
+            &self.shared,
+            self.routed.as_mut(),
+            self.info.request_id.as_deref(),
+            head,
+            code_details,
+            policy,
+        );
+        let headers = headers.into_iter().map(|(k, v)| header(k, v)).collect();
         respond::response_headers(headers, timed)
     }
 }
@@ -520,6 +355,13 @@ impl RoutedView {
             address: &self.address,
             strategy: &self.strategy,
         }
+    }
+}
+
+fn route_to(r: &Routed) -> RouteTo<'_> {
+    RouteTo {
+        address: &r.address,
+        strategy: &r.strategy,
     }
 }
 

@@ -6,6 +6,7 @@ use envoy_types::pb::envoy::service::ext_proc::v3::HttpBody;
 
 use super::*;
 use crate::config::from_toml;
+use kvroute_core::RouteRequest;
 
 fn shared() -> Arc<Shared> {
     shared_with("[routing]\nseed = 3\n[limits]\nmax_body_bytes = 1000\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]")
