@@ -135,6 +135,64 @@ fn log_loaded(config: &Config, path: Option<&std::path::Path>) {
     );
 }
 
+/// Everything of the service but the ext_proc server, running on the current tokio runtime:
+/// the router and its metrics ([`Shared`]), the admin listener (`/metrics`, `/healthz`,
+/// `/readyz`, `/debug/*`), the router's timers, pod discovery, the engine scraper and
+/// active health checks, and configuration reload. The in-Envoy module (crate
+/// `kvroute-envoy`) runs this on a thread of its own and routes on [`Background::shared`].
+#[derive(Debug)]
+pub struct Background {
+    /// The router and everything requests read.
+    pub shared: Arc<Shared>,
+    /// The admin listener's address.
+    pub admin_addr: SocketAddr,
+    stop_tx: watch::Sender<bool>,
+}
+
+impl Background {
+    /// Builds the router from `config` and starts the background tasks (see the type's
+    /// docs). Binds the admin listener (`config.admin_listen`, TLS when configured for it).
+    pub async fn start(config: &Config, source: ConfigSource) -> Result<Background, Error> {
+        let mut registry = Registry::default();
+        let shared = Shared::new(config, &mut registry)?;
+        let discovery = discovery::Source::register(config.discovery.clone(), &mut registry);
+        process_metrics::register(&mut registry);
+        let registry = Arc::new(registry);
+        let (admin, admin_addr) = bind(config.admin_listen).await?;
+        let admin_tls = match &config.tls {
+            Some(t) if t.on_admin() => Some(t.acceptor(&[b"http/1.1"])?),
+            _ => None,
+        };
+        let (stop_tx, stop_rx) = watch::channel(false);
+        tokio::spawn(admin::serve(
+            connection::incoming(admin, admin_tls, "admin"),
+            registry,
+            shared.clone(),
+            stop_rx.clone(),
+        ));
+        tokio::spawn(maintenance::run(shared.clone(), stop_rx.clone()));
+        discovery.spawn(shared.clone(), stop_rx.clone());
+        tokio::spawn(scrape::run(shared.clone(), stop_rx.clone()));
+        tokio::spawn(reload::run(source, shared.clone(), config.clone(), stop_rx));
+        Ok(Background {
+            shared,
+            admin_addr,
+            stop_tx,
+        })
+    }
+
+    /// Stops the background tasks (also done when dropped).
+    pub fn stop(&self) {
+        let _ = self.stop_tx.send(true);
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// Serves until `shutdown` completes, then stops accepting, reports NOT_SERVING (gRPC health
 /// and `/readyz`), and lets open ext_proc streams finish within `config.shutdown_grace` (the
 /// start-up value: a reload does not change it).
@@ -146,46 +204,21 @@ pub async fn run(
     source: ConfigSource,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let mut registry = Registry::default();
-    let shared = Shared::new(&config, &mut registry)?;
-    let discovery = discovery::Source::register(config.discovery.clone(), &mut registry);
-    process_metrics::register(&mut registry);
     let config_path = source.path.clone();
-    let registry = Arc::new(registry);
+    let grpc_tls = match &config.tls {
+        Some(t) => Some(t.acceptor(&[b"h2"])?),
+        None => None,
+    };
     let (grpc, grpc_addr) = bind(config.grpc_listen).await?;
-    let (admin, admin_addr) = bind(config.admin_listen).await?;
+    let background = Background::start(&config, source).await?;
+    let shared = background.shared.clone();
+    let admin_addr = background.admin_addr;
 
     let (health, health_service) = tonic_health::server::health_reporter();
     health
         .set_serving::<ExternalProcessorServer<ExtProc>>()
         .await;
     health.set_service_status("", ServingStatus::Serving).await;
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (grpc_tls, admin_tls) = match &config.tls {
-        Some(t) => (
-            Some(t.acceptor(&[b"h2"])?),
-            t.on_admin()
-                .then(|| t.acceptor(&[b"http/1.1"]))
-                .transpose()?,
-        ),
-        None => (None, None),
-    };
-    tokio::spawn(admin::serve(
-        connection::incoming(admin, admin_tls, "admin"),
-        registry,
-        shared.clone(),
-        stop_rx.clone(),
-    ));
-    tokio::spawn(maintenance::run(shared.clone(), stop_rx.clone()));
-    discovery.spawn(shared.clone(), stop_rx.clone());
-    tokio::spawn(scrape::run(shared.clone(), stop_rx.clone()));
-    tokio::spawn(reload::run(
-        source,
-        shared.clone(),
-        config.clone(),
-        stop_rx.clone(),
-    ));
 
     let ext_proc = ExternalProcessorServer::new(ExtProc::new(shared.clone()))
         .max_decoding_message_size(grpc_decode_limit(config.max_body_bytes));
@@ -238,7 +271,7 @@ pub async fn run(
             }
         }
     };
-    let _ = stop_tx.send(true);
+    background.stop();
     let open_tickets = shared.router.lock().open_tickets();
     tracing::info!(open_tickets, "kvroute-ext-proc stopped");
     result

@@ -355,23 +355,39 @@ impl Reject {
         v.to_string().into_bytes()
     }
 
-    /// The `ImmediateResponse`: `request-id` (when known) first, `content-type`, the marker
+    /// The reply's headers: `request-id` (when known) first, `content-type`, the marker
     /// header.
-    pub fn to_response(&self, request_id: Option<&str>) -> ProcessingResponse {
+    pub fn headers(&self, request_id: Option<&str>) -> Vec<(&'static str, Vec<u8>)> {
         let (_, _, _, marker, marker_value) = self.parts();
         let mut headers = Vec::with_capacity(3);
         if let Some(id) = request_id {
-            headers.push(header("request-id", echoed_value(id)));
+            headers.push(("request-id", echoed_value(id)));
         }
-        headers.push(header("content-type", "application/json"));
-        headers.push(header(marker, marker_value));
+        headers.push(("content-type", b"application/json".to_vec()));
+        headers.push((marker, marker_value));
+        headers
+    }
+
+    /// Envoy's `response.code_details` for the reply: `kvroute_<kind>` (the shipped
+    /// configuration's local-reply rules leave replies with these details unchanged).
+    pub fn details(&self) -> String {
+        format!("kvroute_{}", self.kind())
+    }
+
+    /// The `ImmediateResponse` ([`Reject::headers`], [`Reject::body`], [`Reject::details`]).
+    pub fn to_response(&self, request_id: Option<&str>) -> ProcessingResponse {
+        let headers = self
+            .headers(request_id)
+            .into_iter()
+            .map(|(k, v)| header(k, v))
+            .collect();
         let immediate = ImmediateResponse {
             status: Some(HttpStatus {
                 code: i32::from(self.status()),
             }),
             headers: mutation(headers),
             body: self.body(),
-            details: format!("kvroute_{}", self.kind()),
+            details: self.details(),
             ..Default::default()
         };
         ProcessingResponse {
