@@ -200,7 +200,8 @@ struct StudyArgs {
     /// Write records (JSONL), the summary (JSON) and one SVG plot per scenario here.
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Strategies (core spec strings), in table order (default: random least-request prefix-cache).
+    /// Strategies (core spec strings), in table order (default: random least-request prefix-cache
+    /// least-ttft).
     #[arg(long = "strategy", num_args = 1..)]
     strategies: Vec<String>,
     /// Print every phase's selection reasons, guard events and peak queues.

@@ -1,7 +1,7 @@
 //! Issue 6's evidence, simulated: `least-ttft` against random, least-request and prefix-cache on
 //! every phase of the study, and on variants it was not built from (4 replicas, 1.5× the
-//! arrival rate, every prior off by ±50%, other salts). Skipped in debug builds like the
-//! fidelity tests.
+//! arrival rate, every prior off by ±50%, other salts). Ignored in builds with debug assertions
+//! like the fidelity tests (`make test-sim` runs them).
 //!
 //! "The bar" in a phase: least-ttft's within-SLO count ≥ the best of the three, its TTFT P95
 //! ≤ 1.1× the best of the three, and its token hit rate ≥ least-request's (within 0.1 point:
@@ -67,7 +67,7 @@ fn assert_none(misses: Vec<String>) {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run in release (make test-sim)"
+    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
 )]
 fn least_ttft_meets_the_bar_in_every_phase() {
     let mut all = Vec::new();
@@ -107,7 +107,7 @@ fn least_ttft_meets_the_bar_in_every_phase() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run in release (make test-sim)"
+    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
 )]
 fn behind_envoy_feedback_keeps_the_slo() {
     let mut all = Vec::new();
@@ -152,7 +152,7 @@ fn behind_envoy_feedback_keeps_the_slo() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run in release (make test-sim)"
+    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
 )]
 fn without_the_stall_charge_cold_caches_miss_the_bar() {
     let cfg = StudyConfig {
@@ -173,7 +173,7 @@ fn without_the_stall_charge_cold_caches_miss_the_bar() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run in release (make test-sim)"
+    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
 )]
 fn four_replicas_meet_the_bar_in_every_phase() {
     let four = StudyConfig {
@@ -223,7 +223,7 @@ fn four_replicas_meet_the_bar_in_every_phase() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run in release (make test-sim)"
+    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
 )]
 fn one_and_a_half_times_the_rate_overloads_two_replicas_for_every_strategy() {
     let cfg = StudyConfig {
@@ -251,7 +251,7 @@ fn one_and_a_half_times_the_rate_overloads_two_replicas_for_every_strategy() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run in release (make test-sim)"
+    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
 )]
 fn averaged_over_family_orders_the_ordering_holds_with_priors_off() {
     let candidate = StrategySpec::single(Strategy::LeastTtft);

@@ -270,6 +270,73 @@ async fn handles_200_concurrent_streams() {
     );
 }
 
+/// The value of a `/metrics` sample as a float.
+fn sample_f64(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no sample {series} in\n{metrics}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_ttft_and_e2e_histograms_in_vllm_buckets_and_real_time() {
+    // Twice as fast as the model: a 1,000-token prompt's prefill step takes
+    // 33 ms + 1,000 × 300 µs = 333 ms of model time, 166.5 ms of real time; each of the 3
+    // decode steps after it 36 ms, 18 ms real.
+    let (url, _stop) = start("vllm-t", 2.0).await;
+    let c = client();
+    let ttft = "vllm:time_to_first_token_seconds";
+    let e2e = "vllm:e2e_request_latency_seconds";
+    let series = |name: &str, part: &str| format!("{name}_{part}{{model_name=\"study\"}}");
+    let bucket =
+        |name: &str, le: &str| format!("{name}_bucket{{le=\"{le}\",model_name=\"study\"}}");
+
+    // Exported, empty, before any request (so Prometheus's rate() sees the first one).
+    let (_, m) = get(&c, &url, "/metrics").await;
+    for name in [ttft, e2e] {
+        assert!(m.contains(&format!("# TYPE {name} histogram\n")), "{m}");
+        assert_eq!(sample(&m, &series(name, "count")), 0);
+        assert_eq!(sample(&m, &bucket(name, "+Inf")), 0);
+    }
+    assert_eq!(sample(&m, &bucket(ttft, "2.5")), 0);
+
+    let prompt: Vec<u32> = (1..=1000).collect();
+    let body = serde_json::json!({"model": "study", "prompt": prompt, "max_tokens": 4}).to_string();
+    let sent = Instant::now();
+    let (status, _, text) = post(&c, &url, "/v1/completions", &[], &body).await;
+    let elapsed = sent.elapsed().as_secs_f64();
+    assert_eq!(status, 200, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["usage"]["prompt_tokens"], 1000);
+
+    let (_, m) = get(&c, &url, "/metrics").await;
+    assert_eq!(sample(&m, &series(ttft, "count")), 1, "{m}");
+    assert_eq!(sample(&m, &series(e2e, "count")), 1, "{m}");
+    let t = sample_f64(&m, &series(ttft, "sum"));
+    let e = sample_f64(&m, &series(e2e, "sum"));
+    // Never faster than the model, never longer than the client waited.
+    assert!(
+        (0.1665..elapsed).contains(&t),
+        "TTFT {t} s, request {elapsed} s"
+    );
+    assert!(
+        (t + 0.054..=elapsed).contains(&e),
+        "E2E {e} s, TTFT {t} s, request {elapsed} s"
+    );
+    // Cumulative buckets: nothing at or below 0.1 s, the one request in +Inf.
+    assert_eq!(sample(&m, &bucket(ttft, "0.1")), 0, "{m}");
+    assert_eq!(sample(&m, &bucket(ttft, "+Inf")), 1, "{m}");
+    assert_eq!(sample(&m, &bucket(e2e, "+Inf")), 1, "{m}");
+    assert_eq!(
+        m.matches(&format!("{ttft}_bucket{{")).count(),
+        kvroute_sim::serve::metrics::TTFT_BUCKETS.len() + 1
+    );
+    assert_eq!(
+        m.matches(&format!("{e2e}_bucket{{")).count(),
+        kvroute_sim::serve::metrics::E2E_BUCKETS.len() + 1
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_measures_a_live_server() {
     let (url, _stop) = start("solo", 100.0).await;

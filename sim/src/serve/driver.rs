@@ -4,7 +4,10 @@
 //! Contract: [`Driver::submit`] returns a receiver that gets every [`TokenEvent`] of the
 //! request, the last with `finished`; dropping the [`Subscription`] before that aborts the
 //! request in the engine (the client went away). The engine lock is never held across an
-//! `.await`.
+//! `.await`. [`Driver::latencies`] are measured as vLLM's frontend measures them, in real
+//! time: a request's time to first token and (once it has all its tokens) its end-to-end
+//! latency, from its submission to the end of the step that produced the token (a request
+//! aborted before a token is not counted for it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,13 +16,21 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+use super::metrics::Latencies;
 use crate::engine::{Engine, EngineCounters, RequestId, SubmitError, TokenEvent};
 
 struct State {
     engine: Engine,
-    subscribers: HashMap<RequestId, mpsc::UnboundedSender<TokenEvent>>,
+    subscribers: HashMap<RequestId, Subscriber>,
     next_id: RequestId,
     requests_total: u64,
+    latencies: Latencies,
+}
+
+/// A live request's token channel and when it was submitted.
+struct Subscriber {
+    tx: mpsc::UnboundedSender<TokenEvent>,
+    arrival: Instant,
 }
 
 /// The shared handle to a running engine.
@@ -72,6 +83,7 @@ impl Driver {
                 subscribers: HashMap::new(),
                 next_id: 1,
                 requests_total: 0,
+                latencies: Latencies::default(),
             }),
             wake: Notify::new(),
             speedup: if speedup.is_finite() && speedup > 0.0 {
@@ -104,7 +116,13 @@ impl Driver {
             let id = st.next_id;
             st.next_id += 1;
             st.engine.submit(id, tokens, max_tokens)?;
-            st.subscribers.insert(id, tx);
+            st.subscribers.insert(
+                id,
+                Subscriber {
+                    tx,
+                    arrival: Instant::now(),
+                },
+            );
             st.requests_total += 1;
             id
         };
@@ -133,6 +151,11 @@ impl Driver {
         (st.engine.counters(), st.requests_total)
     }
 
+    /// The time-to-first-token and end-to-end latency histograms, in real seconds.
+    pub fn latencies(&self) -> Latencies {
+        self.lock().latencies.clone()
+    }
+
     /// Steps the engine forever (until the task is dropped).
     pub async fn run(self: Arc<Self>) {
         let mut out = Vec::new();
@@ -150,11 +173,22 @@ impl Driver {
                 + Duration::from_secs_f64(us as f64 / 1e6 / self.speedup);
             tokio::time::sleep_until(deadline).await;
             out.clear();
-            let mut st = self.lock();
+            let mut guard = self.lock();
+            let st = &mut *guard;
             st.engine.finish_step(&mut out);
+            let end = Instant::now();
             for ev in &out {
                 let gone = match st.subscribers.get(&ev.id) {
-                    Some(tx) => tx.send(*ev).is_err() || ev.finished,
+                    Some(sub) => {
+                        let seconds = end.duration_since(sub.arrival).as_secs_f64();
+                        if ev.generated == 1 {
+                            st.latencies.ttft.observe(seconds);
+                        }
+                        if ev.finished {
+                            st.latencies.e2e.observe(seconds);
+                        }
+                        sub.tx.send(*ev).is_err() || ev.finished
+                    }
                     None => false,
                 };
                 if gone {

@@ -4,9 +4,105 @@ use std::fmt::Write;
 
 use crate::engine::EngineCounters;
 
-/// Renders the engine's counters as Prometheus text, labelled `model_name`. Times are in
-/// seconds of real time: the engine's model time divided by `speedup`.
-pub fn render(model: &str, c: &EngineCounters, requests_total: u64, speedup: f64) -> String {
+/// vLLM V1's bucket boundaries for `vllm:time_to_first_token_seconds`, in seconds.
+pub const TTFT_BUCKETS: [f64; 22] = [
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+];
+
+/// vLLM V1's bucket boundaries for `vllm:e2e_request_latency_seconds` (its request-latency
+/// buckets), in seconds.
+pub const E2E_BUCKETS: [f64; 21] = [
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+];
+
+/// A Prometheus histogram with fixed upper bounds (plus `+Inf`), as `prometheus_client` keeps
+/// one: a count per bucket, the sum and the count of the observations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    // Observations per bucket, not cumulative; the last is above every bound.
+    buckets: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    /// An empty histogram with these upper bounds (ascending).
+    pub fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram {
+            bounds,
+            buckets: vec![0; bounds.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    /// Counts one value (a value equal to a bound falls in that bound's bucket, `le`).
+    pub fn observe(&mut self, v: f64) {
+        let i = self.bounds.partition_point(|&b| b < v);
+        self.buckets[i] += 1;
+        self.sum += v;
+        self.count += 1;
+    }
+
+    /// Observations so far.
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Their sum.
+    pub fn sum(&self) -> f64 {
+        self.sum
+    }
+
+    /// `(le, cumulative count)` per bucket, `+Inf` last (as `f64::INFINITY`).
+    pub fn cumulative(&self) -> Vec<(f64, u64)> {
+        let mut n = 0;
+        self.bounds
+            .iter()
+            .copied()
+            .chain([f64::INFINITY])
+            .zip(&self.buckets)
+            .map(|(le, c)| {
+                n += c;
+                (le, n)
+            })
+            .collect()
+    }
+}
+
+/// The per-request latency histograms the server observes in real time, as vLLM's frontend
+/// does: from a request's arrival at the engine (its submission) to its first token, and to its
+/// last token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Latencies {
+    /// `vllm:time_to_first_token_seconds`.
+    pub ttft: Histogram,
+    /// `vllm:e2e_request_latency_seconds` (requests that produced all their tokens).
+    pub e2e: Histogram,
+}
+
+impl Default for Latencies {
+    fn default() -> Latencies {
+        Latencies {
+            ttft: Histogram::new(&TTFT_BUCKETS),
+            e2e: Histogram::new(&E2E_BUCKETS),
+        }
+    }
+}
+
+/// Renders the engine's counters and the request latencies as Prometheus text, labelled
+/// `model_name`. Times are in seconds of real time: the prefill and inter-token times are the
+/// engine's model time divided by `speedup`; `latencies` are measured in real time.
+pub fn render(
+    model: &str,
+    c: &EngineCounters,
+    requests_total: u64,
+    speedup: f64,
+    latencies: &Latencies,
+) -> String {
     let model = model.replace(['\\', '"', '\n'], "_");
     let mut out = Text {
         s: String::new(),
@@ -79,6 +175,16 @@ pub fn render(model: &str, c: &EngineCounters, requests_total: u64, speedup: f64
         seconds(c.inter_token_time_us),
         c.inter_tokens,
     );
+    out.buckets(
+        "vllm:time_to_first_token_seconds",
+        "Histogram of time to first token in seconds.",
+        &latencies.ttft,
+    );
+    out.buckets(
+        "vllm:e2e_request_latency_seconds",
+        "Histogram of e2e request latency in seconds.",
+        &latencies.e2e,
+    );
     out.metric(
         "kvroute_sim:requests_received_total",
         "counter",
@@ -126,5 +232,101 @@ impl Text {
         );
         let _ = writeln!(self.s, "{name}_sum{{model_name=\"{model}\"}} {sum:.6}");
         let _ = writeln!(self.s, "{name}_count{{model_name=\"{model}\"}} {count}");
+    }
+
+    /// A histogram with all its buckets. `le` is written as Python's `prometheus_client` writes
+    /// it (`0.001`, `1.0`, `2560.0`, `+Inf`), so that selectors such as `le="2.5"` match.
+    fn buckets(&mut self, name: &str, help: &str, h: &Histogram) {
+        let model = &self.model;
+        let _ = writeln!(self.s, "# HELP {name} {help}");
+        let _ = writeln!(self.s, "# TYPE {name} histogram");
+        for (le, n) in h.cumulative() {
+            let le = if le.is_finite() {
+                format!("{le:?}")
+            } else {
+                "+Inf".to_owned()
+            };
+            let _ = writeln!(
+                self.s,
+                "{name}_bucket{{le=\"{le}\",model_name=\"{model}\"}} {n}"
+            );
+        }
+        let _ = writeln!(
+            self.s,
+            "{name}_sum{{model_name=\"{model}\"}} {:.6}",
+            h.sum()
+        );
+        let _ = writeln!(
+            self.s,
+            "{name}_count{{model_name=\"{model}\"}} {}",
+            h.count()
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_cumulative_with_le_as_vllm_writes_it() {
+        let mut l = Latencies::default();
+        for v in [0.0005, 0.001, 2.4, 2.5, 3.0, 9999.0] {
+            l.ttft.observe(v);
+        }
+        l.e2e.observe(4.0);
+        let text = render("m", &EngineCounters::default(), 0, 1.0, &l);
+        let line = |series: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+                .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+                .to_owned()
+        };
+        let ttft = "vllm:time_to_first_token_seconds";
+        assert_eq!(
+            line(&format!("{ttft}_bucket{{le=\"0.001\",model_name=\"m\"}}")),
+            "2"
+        );
+        assert_eq!(
+            line(&format!("{ttft}_bucket{{le=\"1.0\",model_name=\"m\"}}")),
+            "2"
+        );
+        assert_eq!(
+            line(&format!("{ttft}_bucket{{le=\"2.5\",model_name=\"m\"}}")),
+            "4"
+        );
+        assert_eq!(
+            line(&format!("{ttft}_bucket{{le=\"2560.0\",model_name=\"m\"}}")),
+            "5"
+        );
+        assert_eq!(
+            line(&format!("{ttft}_bucket{{le=\"+Inf\",model_name=\"m\"}}")),
+            "6"
+        );
+        assert_eq!(line(&format!("{ttft}_count{{model_name=\"m\"}}")), "6");
+        assert_eq!(
+            line(&format!("{ttft}_sum{{model_name=\"m\"}}")),
+            "10006.901500"
+        );
+        assert_eq!(
+            text.matches(&format!("{ttft}_bucket")).count(),
+            TTFT_BUCKETS.len() + 1
+        );
+        let e2e = "vllm:e2e_request_latency_seconds";
+        assert_eq!(
+            line(&format!("{e2e}_bucket{{le=\"2.5\",model_name=\"m\"}}")),
+            "0"
+        );
+        assert_eq!(
+            line(&format!("{e2e}_bucket{{le=\"5.0\",model_name=\"m\"}}")),
+            "1"
+        );
+        assert_eq!(line(&format!("{e2e}_count{{model_name=\"m\"}}")), "1");
+        assert_eq!(
+            text.matches(&format!("{e2e}_bucket")).count(),
+            E2E_BUCKETS.len() + 1
+        );
+        assert!(text.contains(&format!("# TYPE {ttft} histogram\n")));
+        assert!(text.contains(&format!("# TYPE {e2e} histogram\n")));
     }
 }

@@ -23,7 +23,8 @@
 //!   - "close" drops the TCP connection after reading the whole request, before any response
 //!     byte (see `serve_connection`): a proxy sees the upstream connection terminate before
 //!     response headers.
-//! - `GET /v1/models`, `GET /health`, `GET /metrics` (vLLM names, plus
+//! - `GET /v1/models`, `GET /health`, `GET /metrics` (vLLM names, with the time-to-first-token
+//!   and end-to-end latency histograms in vLLM's buckets, measured in real time; plus
 //!   `kvroute_sim_faults_total{kind="status|stall|close"}`), `POST /reset_prefix_cache`
 //!   (200 `{"reset": true}`, or 409 while requests hold cached blocks).
 
@@ -485,7 +486,8 @@ async fn models(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics_handler(State(app): State<Arc<App>>) -> Response {
     let (c, total) = app.driver.counters();
-    let mut text = metrics::render(&app.model, &c, total, app.driver.speedup());
+    let latencies = app.driver.latencies();
+    let mut text = metrics::render(&app.model, &c, total, app.driver.speedup(), &latencies);
     text.push_str(&metrics::render_faults(&app.faults.injected()));
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],

@@ -1,0 +1,1195 @@
+//! `sim/README.md` (and the simulator's section of the top-level README) against the binary, so
+//! that the documentation and the command line cannot drift apart in either direction:
+//!
+//! - every `--flag` of a subcommand's synopsis (the ```-blocks that start with
+//!   `kvroute-sim SUB` and show `[...]`), of its section's flag tables, and of the engine-flags
+//!   section (for the subcommands its heading names) is in `kvroute-sim SUB --help`, with the
+//!   default the synopsis shows (`--rate R (1.6)`, `[--max-num-seqs 8]`); and every option
+//!   `--help` lists is in one of them;
+//! - every `--flag` the prose mentions in inline code is accepted by the subcommand it is about
+//!   (the one named in the span, else the last `kvroute-sim SUB` named before it in the
+//!   paragraph, else the section's, else any); where its values are literal (`--feedback
+//!   envoy`) and the subcommand is `study` or `bar`, they are run through the binary's own
+//!   validation, which then stops at a deliberately bad flag appended last;
+//! - the runnable examples (```-blocks without `[`) run as written, with this build's binary
+//!   for `kvroute-sim` and the repository root as the working directory, and print what the
+//!   README says they print; the `curl` examples of the fault section run (over a plain
+//!   HTTP/1.1 connection, as curl sends them) against the `serve` example beside them;
+//! - `kvroute-sim study` prints the rows of the README's simulated-study table, and the
+//!   top-level README's least-ttft table; `--out` writes what the README lists; the numbers
+//!   the prose quotes for `--router-max-seqs`, `--arrivals poisson` and `bar --orders` are
+//!   what the binary prints;
+//! - the command the README gives for the ignored simulation tests is `make test-sim`'s.
+//!
+//! About 8 s (the bar examples take most of it; they run at once).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("sim/ has a parent")
+        .to_owned()
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn sim_readme() -> String {
+    read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+}
+
+fn top_readme() -> String {
+    read(&repo_root().join("README.md"))
+}
+
+/// The binary, run from the repository root (where the README's relative paths start).
+fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kvroute-sim"));
+    c.current_dir(repo_root());
+    c
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The command line, from `--help`.
+
+/// One option as `--help` lists it.
+#[derive(Debug, Clone)]
+struct Opt {
+    takes_value: bool,
+    default: Option<String>,
+}
+
+/// The subcommands `kvroute-sim --help` lists (without `help`).
+fn subcommands() -> Vec<String> {
+    let out = bin().arg("--help").output().expect("kvroute-sim runs");
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    let mut subs = vec![];
+    let mut in_commands = false;
+    for line in help.lines() {
+        if line.trim_end() == "Commands:" {
+            in_commands = true;
+        } else if in_commands {
+            let Some(word) = line.split_whitespace().next() else {
+                break;
+            };
+            if word != "help" {
+                subs.push(word.to_owned());
+            }
+        }
+    }
+    assert!(subs.len() >= 5, "{help}");
+    subs
+}
+
+/// A subcommand's long options (without `--help`), from `kvroute-sim SUB --help`.
+fn options(sub: &str) -> BTreeMap<String, Opt> {
+    let out = bin()
+        .args([sub, "--help"])
+        .output()
+        .expect("kvroute-sim runs");
+    assert!(out.status.success(), "{sub} --help");
+    let help = text(&out.stdout);
+    let mut opts = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in help.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let t = line.trim_start();
+        // Option lines are indented 2–6 columns ("  -h, --help", "      --name <NAME>"); their
+        // descriptions further.
+        if t.starts_with('-') && (1..=6).contains(&indent) {
+            let long = t
+                .split([',', ' '])
+                .find_map(|w| w.strip_prefix("--"))
+                .map(str::to_owned);
+            if let Some(long) = &long {
+                opts.insert(
+                    long.clone(),
+                    Opt {
+                        takes_value: t.contains('<'),
+                        default: None,
+                    },
+                );
+            }
+            current = long;
+        }
+        if let (Some(c), Some(i)) = (&current, line.find("[default: ")) {
+            let rest = &line[i + "[default: ".len()..];
+            let d = &rest[..rest.find(']').expect("[default: ...]")];
+            opts.get_mut(c).unwrap().default = Some(d.to_owned());
+        }
+    }
+    opts.remove("help");
+    assert!(!opts.is_empty(), "{help}");
+    opts
+}
+
+// ---------------------------------------------------------------------------------------------
+// Markdown.
+
+/// A `## ` section: its heading line and its lines.
+struct Section {
+    heading: String,
+    lines: Vec<String>,
+}
+
+fn sections(md: &str) -> Vec<Section> {
+    let mut out = vec![Section {
+        heading: String::new(),
+        lines: vec![],
+    }];
+    for line in md.lines() {
+        if line.starts_with("## ") {
+            out.push(Section {
+                heading: line.to_owned(),
+                lines: vec![],
+            });
+        } else {
+            out.last_mut().unwrap().lines.push(line.to_owned());
+        }
+    }
+    out
+}
+
+/// The subcommand a heading is about: "## `kvroute-sim serve`" → serve.
+fn heading_subcommand(heading: &str) -> Option<String> {
+    let rest = heading.strip_prefix("## `kvroute-sim ")?;
+    Some(rest.split(['`', ' ']).next()?.to_owned())
+}
+
+/// The subcommands "## Engine flags (study, bar, run, serve)" names.
+fn engine_heading_subcommands(heading: &str) -> Option<Vec<String>> {
+    let rest = heading.strip_prefix("## Engine flags (")?;
+    let list = rest.strip_suffix(')')?;
+    Some(list.split(',').map(|s| s.trim().to_owned()).collect())
+}
+
+/// The section's fenced code blocks (their lines) and the rest (fences blanked).
+fn split_fences(lines: &[String]) -> (Vec<Vec<String>>, Vec<String>) {
+    let mut blocks = vec![];
+    let mut prose = vec![];
+    let mut block: Option<Vec<String>> = None;
+    for line in lines {
+        if line.trim_start().starts_with("```") {
+            match block.take() {
+                Some(b) => blocks.push(b),
+                None => block = Some(vec![]),
+            }
+            prose.push(String::new());
+        } else if let Some(b) = &mut block {
+            b.push(line.clone());
+            prose.push(String::new());
+        } else {
+            prose.push(line.clone());
+        }
+    }
+    assert!(block.is_none(), "unclosed code block");
+    (blocks, prose)
+}
+
+/// Inline code spans, by paragraph (spans may wrap lines; a newline becomes a space).
+fn spans_by_paragraph(prose: &[String]) -> Vec<Vec<String>> {
+    let mut out = vec![];
+    for para in prose.join("\n").split("\n\n") {
+        let spans: Vec<String> = para
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(|s| s.replace('\n', " "))
+            .collect();
+        out.push(spans);
+    }
+    out
+}
+
+/// A `kvroute-sim SUB ...` command of a code block: the subcommand and the rest, continuation
+/// lines joined.
+#[derive(Debug, Clone)]
+struct BlockCommand {
+    sub: String,
+    rest: String,
+    /// The line as written (the first line of it).
+    line: String,
+}
+
+impl BlockCommand {
+    /// A synopsis shows optional parts in brackets; a runnable example does not.
+    fn is_synopsis(&self) -> bool {
+        self.rest.contains('[')
+    }
+}
+
+fn block_commands(block: &[String]) -> Vec<BlockCommand> {
+    let mut out: Vec<BlockCommand> = vec![];
+    let mut open = false;
+    for line in block {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix("kvroute-sim ") {
+            let rest = rest.trim_start();
+            let (sub, rest) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+            out.push(BlockCommand {
+                sub: sub.to_owned(),
+                rest: rest.to_owned(),
+                line: t.to_owned(),
+            });
+            open = true;
+        } else if open && line.starts_with(' ') && (t.starts_with('[') || t.starts_with("--")) {
+            let c = out.last_mut().unwrap();
+            c.rest.push(' ');
+            c.rest.push_str(t);
+        } else {
+            open = false;
+        }
+    }
+    out
+}
+
+/// Strips a trailing `# comment` (outside quotes) from a line.
+fn strip_comment(s: &str) -> &str {
+    let mut quote = None;
+    let mut prev_space = true;
+    for (i, c) in s.char_indices() {
+        match (quote, c) {
+            (None, '\'' | '"') => quote = Some(c),
+            (Some(q), c) if c == q => quote = None,
+            (None, '#') if prev_space => return &s[..i],
+            _ => {}
+        }
+        prev_space = c.is_whitespace();
+    }
+    s
+}
+
+/// Splits a command as a POSIX shell splits these examples: whitespace, '…' and "…" quotes, a
+/// `#` comment.
+fn shell_words(s: &str) -> Vec<String> {
+    let s = strip_comment(s);
+    let mut words = vec![];
+    let mut cur = String::new();
+    let mut in_word = false;
+    let mut quote: Option<char> = None;
+    for c in s.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    words.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            (None, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    assert!(quote.is_none(), "unbalanced quotes in {s:?}");
+    if in_word {
+        words.push(cur);
+    }
+    words
+}
+
+/// The option a word names: `--rate` → rate, `--variant,` → variant; `--fault-*` (a family)
+/// and other words → None.
+fn flag_name(word: &str) -> Option<String> {
+    let rest = word.strip_prefix("--")?;
+    let end = rest
+        .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+        .unwrap_or(rest.len());
+    let (name, tail) = rest.split_at(end);
+    let ok_tail = tail.chars().all(|c| ",.;:)".contains(c));
+    (!name.is_empty() && !name.ends_with('-') && ok_tail).then(|| name.to_owned())
+}
+
+/// A placeholder (`N`, `FILE.jsonl`, `http://HOST:PORT`), a choice (`1|2`), `...` or prose,
+/// not a value to pass as written.
+fn is_placeholder(word: &str) -> bool {
+    word.chars().any(|c| c.is_ascii_uppercase())
+        || word.contains('|')
+        || word.contains("..")
+        || word.contains('…')
+        || word.starts_with('(')
+        || word.ends_with(',')
+}
+
+/// The flags of a synopsis (or a flag list such as the engine flags') and the default each
+/// shows, if any: `(X)` after its placeholder, or a literal value (`[--max-num-seqs 8]`). A
+/// flag's words are those after it inside the same brackets.
+fn synopsis_flags(s: &str) -> Vec<(String, Option<String>)> {
+    let s = strip_comment(s);
+    // (word, bracket group)
+    let mut words: Vec<(String, usize)> = vec![];
+    let mut group = 0;
+    let mut cur = String::new();
+    let flush = |cur: &mut String, group: usize, words: &mut Vec<(String, usize)>| {
+        if !cur.is_empty() {
+            words.push((std::mem::take(cur), group));
+        }
+    };
+    for c in s.chars() {
+        match c {
+            '[' | ']' => {
+                flush(&mut cur, group, &mut words);
+                group += 1;
+            }
+            c if c.is_whitespace() => flush(&mut cur, group, &mut words),
+            c => cur.push(c),
+        }
+    }
+    flush(&mut cur, group, &mut words);
+    let mut out = vec![];
+    for (i, (w, g)) in words.iter().enumerate() {
+        let Some(name) = flag_name(w) else {
+            continue;
+        };
+        let values: Vec<&str> = words[i + 1..]
+            .iter()
+            .take_while(|(v, vg)| vg == g && flag_name(v).is_none())
+            .map(|(v, _)| v.as_str())
+            .collect();
+        let default = values
+            .iter()
+            .find_map(|v| v.strip_prefix('(')?.strip_suffix(')'))
+            .map(str::to_owned)
+            .or_else(|| {
+                let first = values.first()?;
+                (!is_placeholder(first)).then(|| first.to_string())
+            });
+        out.push((name, default));
+    }
+    out
+}
+
+fn same_value(a: &str, b: &str) -> bool {
+    match (a.parse::<f64>(), b.parse::<f64>()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => a == b,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// What sim/README.md documents, per subcommand.
+
+#[derive(Default, Debug)]
+struct Documented {
+    /// (subcommand, flag, default shown) from synopses and the engine flag list.
+    synopsis: Vec<(String, String, Option<String>)>,
+    /// (subcommand, flag) from the flag tables of the subcommand's section.
+    tables: Vec<(String, String)>,
+    /// The subcommands the overview block lists.
+    overview: BTreeSet<String>,
+    /// The subcommands with a `## \`kvroute-sim SUB\`` section.
+    with_section: BTreeSet<String>,
+}
+
+fn documented(md: &str) -> Documented {
+    let mut d = Documented::default();
+    for (i, section) in sections(md).iter().enumerate() {
+        let (blocks, prose) = split_fences(&section.lines);
+        let sub = heading_subcommand(&section.heading);
+        if let Some(s) = &sub {
+            d.with_section.insert(s.clone());
+        }
+        for block in &blocks {
+            for c in block_commands(block) {
+                if !c.is_synopsis() {
+                    continue;
+                }
+                if i == 0 {
+                    d.overview.insert(c.sub.clone());
+                }
+                for (flag, default) in synopsis_flags(&c.rest) {
+                    d.synopsis.push((c.sub.clone(), flag, default));
+                }
+            }
+        }
+        if let Some(subs) = engine_heading_subcommands(&section.heading) {
+            for span in spans_by_paragraph(&prose).concat() {
+                for (flag, default) in synopsis_flags(&span) {
+                    for s in &subs {
+                        d.synopsis.push((s.clone(), flag.clone(), default.clone()));
+                    }
+                }
+            }
+        }
+        if let Some(s) = &sub {
+            let table: Vec<String> = prose
+                .iter()
+                .filter(|l| l.trim_start().starts_with('|'))
+                .cloned()
+                .collect();
+            for span in spans_by_paragraph(&table).concat() {
+                for w in shell_words(&span) {
+                    if let Some(flag) = flag_name(&w) {
+                        d.tables.push((s.clone(), flag));
+                    }
+                }
+            }
+        }
+    }
+    d
+}
+
+#[test]
+fn synopses_flag_tables_and_help_list_the_same_flags_and_defaults() {
+    let md = sim_readme();
+    let d = documented(&md);
+    let subs = subcommands();
+    let help: BTreeMap<String, BTreeMap<String, Opt>> =
+        subs.iter().map(|s| (s.clone(), options(s))).collect();
+
+    let listed: BTreeSet<String> = subs.iter().cloned().collect();
+    assert_eq!(d.overview, listed, "the README's overview block vs --help");
+    assert_eq!(
+        d.with_section, listed,
+        "a `## kvroute-sim SUB` section per subcommand"
+    );
+
+    let mut problems = vec![];
+    // README → CLI: every flag shown is accepted, with the default shown.
+    for (sub, flag, default) in &d.synopsis {
+        let Some(opts) = help.get(sub) else {
+            problems.push(format!("synopsis of unknown subcommand {sub}"));
+            continue;
+        };
+        match (opts.get(flag), default) {
+            (None, _) => problems.push(format!("{sub} --{flag}: in the README, not in --help")),
+            (Some(o), Some(shown)) => match &o.default {
+                Some(real) if same_value(shown, real) => {}
+                real => problems.push(format!(
+                    "{sub} --{flag}: the README shows default {shown}, --help {real:?}"
+                )),
+            },
+            (Some(_), None) => {}
+        }
+    }
+    for (sub, flag) in &d.tables {
+        if !help[sub].contains_key(flag) {
+            problems.push(format!("{sub} --{flag}: in a flag table, not in --help"));
+        }
+    }
+    // CLI → README: every option is documented for its subcommand.
+    for (sub, opts) in &help {
+        for flag in opts.keys() {
+            let shown = d.synopsis.iter().any(|(s, f, _)| s == sub && f == flag)
+                || d.tables.iter().any(|(s, f)| s == sub && f == flag);
+            if !shown && flag != "version" {
+                problems.push(format!(
+                    "{sub} --{flag}: in --help, in no synopsis or flag table of the README"
+                ));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(d.synopsis.len() > 60, "{d:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flags in the prose.
+
+/// (subcommand the span is about, or None for any; its words) for every inline code span with
+/// a `--flag` in the sections of `md` that `keep` selects.
+fn prose_flag_spans(
+    md: &str,
+    subs: &[String],
+    keep: impl Fn(&str) -> bool,
+) -> Vec<(Option<String>, Vec<String>)> {
+    let mut out = vec![];
+    for section in sections(md) {
+        if !keep(&section.heading) {
+            continue;
+        }
+        let section_sub = heading_subcommand(&section.heading);
+        let (_, prose) = split_fences(&section.lines);
+        for para in spans_by_paragraph(&prose) {
+            let mut last_named: Option<String> = None;
+            for span in para {
+                let words = shell_words(&span);
+                let Some(first) = words.first() else {
+                    continue;
+                };
+                if ["cargo", "make", "curl"].contains(&first.as_str()) {
+                    continue;
+                }
+                let (sub, words) = if first == "kvroute-sim" && words.len() > 1 {
+                    last_named = Some(words[1].clone());
+                    (Some(words[1].clone()), words[2..].to_vec())
+                } else if subs.contains(first) && words.get(1).is_some_and(|w| w.starts_with("--"))
+                {
+                    (Some(first.clone()), words[1..].to_vec())
+                } else {
+                    (last_named.clone().or(section_sub.clone()), words)
+                };
+                if words.iter().any(|w| flag_name(w).is_some()) {
+                    out.push((sub, words));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Runs `SUB WORDS... SENTINEL` and expects the binary to get past WORDS (parsing and
+/// validating them) and stop at the sentinel: exit 2 with the sentinel's error.
+fn validates(sub: &str, words: &[String]) -> Result<(), String> {
+    let (sentinel, expect): (&[&str], &str) = match sub {
+        "bar" => (
+            &["--ttft-ratio", "0"],
+            "--ttft-ratio must be a positive number",
+        ),
+        "study" => (&["--strategy", "no-such-strategy"], "\"no-such-strategy\""),
+        _ => unreachable!(),
+    };
+    let out = bin()
+        .arg(sub)
+        .args(words)
+        .args(sentinel)
+        .output()
+        .expect("kvroute-sim runs");
+    let err = text(&out.stderr);
+    if out.status.code() == Some(2) && err.contains(expect) && err.lines().count() == 1 {
+        Ok(())
+    } else {
+        Err(format!(
+            "{sub} {}: exit {:?}, {err}",
+            words.join(" "),
+            out.status.code()
+        ))
+    }
+}
+
+fn check_prose_spans(spans: &[(Option<String>, Vec<String>)], subs: &[String]) -> Vec<String> {
+    let help: BTreeMap<String, BTreeMap<String, Opt>> =
+        subs.iter().map(|s| (s.clone(), options(s))).collect();
+    let mut problems = vec![];
+    for (sub, words) in spans {
+        let flags: Vec<String> = words.iter().filter_map(|w| flag_name(w)).collect();
+        match sub {
+            Some(s) => {
+                let Some(opts) = help.get(s) else {
+                    problems.push(format!("`{}`: no subcommand {s}", words.join(" ")));
+                    continue;
+                };
+                for f in &flags {
+                    if !opts.contains_key(f) {
+                        problems.push(format!("`{}`: {s} has no --{f}", words.join(" ")));
+                    }
+                }
+                // Literal values: through the binary's own parsing and validation.
+                let literal = words
+                    .iter()
+                    .all(|w| flag_name(w).is_some() || !is_placeholder(w));
+                let valued = words.iter().enumerate().all(|(i, w)| {
+                    flag_name(w).is_none_or(|f| {
+                        !opts.get(&f).is_some_and(|o| o.takes_value)
+                            || words.get(i + 1).is_some_and(|v| flag_name(v).is_none())
+                    })
+                });
+                let all_flags_known = flags.iter().all(|f| opts.contains_key(f));
+                if ["bar", "study"].contains(&s.as_str()) && literal && valued && all_flags_known {
+                    if let Err(e) = validates(s, words) {
+                        problems.push(e);
+                    }
+                }
+            }
+            None => {
+                for f in &flags {
+                    if !help.values().any(|o| o.contains_key(f)) {
+                        problems.push(format!("`{}`: no subcommand has --{f}", words.join(" ")));
+                    }
+                }
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_flag_the_prose_mentions_is_accepted() {
+    let subs = subcommands();
+    let md = sim_readme();
+    let spans = prose_flag_spans(&md, &subs, |_| true);
+    assert!(spans.len() > 30, "{spans:?}");
+    let problems = check_prose_spans(&spans, &subs);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_top_level_readme_names_flags_that_exist_with_values_they_accept() {
+    let subs = subcommands();
+    let md = top_readme();
+    let spans = prose_flag_spans(&md, &subs, |h| h.contains("(simulated study)"));
+    // The flags it names for `bar`: at least these, each accepted with its value.
+    let mut bar_flags = BTreeSet::new();
+    for (sub, words) in &spans {
+        if sub.as_deref() == Some("bar") {
+            bar_flags.extend(words.iter().filter_map(|w| flag_name(w)));
+        }
+    }
+    for f in [
+        "draws",
+        "prior-scale",
+        "rate",
+        "replicas",
+        "feedback",
+        "order",
+        "orders",
+    ] {
+        assert!(bar_flags.contains(f), "--{f} not found: {spans:?}");
+    }
+    let problems = check_prose_spans(&spans, &subs);
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Runnable examples.
+
+/// Every runnable `kvroute-sim` example of the README's code blocks, with the block's other
+/// lines (the `curl` examples beside the `serve` one).
+fn runnable_examples(md: &str) -> Vec<(BlockCommand, Vec<String>)> {
+    let mut out = vec![];
+    for section in sections(md) {
+        let (blocks, _) = split_fences(&section.lines);
+        for block in blocks {
+            for c in block_commands(&block) {
+                if !c.is_synopsis() {
+                    out.push((c, block.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The value of `--flag` in an argument list.
+fn arg<'a>(args: &'a [String], flag: &str) -> Option<&'a str> {
+    let i = args.iter().position(|a| a == flag)?;
+    args.get(i + 1).map(String::as_str)
+}
+
+/// `kvroute-sim bar`: one row per draw, order and phase (the draw column `variant/order` for
+/// other orders) with the misses, a table of means with more than one draw or order, a summary
+/// line, exit 1 exactly when some phase missed.
+fn check_bar(args: &[String], out: &Output) {
+    let stdout = text(&out.stdout);
+    let ctx = format!("bar {}:\n{stdout}{}", args.join(" "), text(&out.stderr));
+    let num = |flag: &str, default: u64| -> u64 {
+        arg(args, flag).map_or(default, |v| v.parse().expect("a number"))
+    };
+    let (variant, order) = (num("--variant", 0), num("--order", 0));
+    let (draws, orders) = (num("--draws", 1), num("--orders", 1));
+    let phases_per_draw = if arg(args, "--round").is_some() { 4 } else { 8 };
+    let candidate = arg(args, "--candidate").unwrap_or("least-ttft");
+
+    assert!(
+        stdout.starts_with(&format!("| draw | phase | {candidate} within SLO |")),
+        "{ctx}"
+    );
+    let is_label = |s: &str| {
+        let mut parts = s.split('/');
+        let ok = parts
+            .by_ref()
+            .take(2)
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        ok && parts.next().is_none()
+    };
+    let rows: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split('|').map(str::trim).collect::<Vec<_>>())
+        .filter(|cells| cells.len() > 2 && is_label(cells[1]))
+        .collect();
+    assert_eq!(rows.len() as u64, draws * orders * phases_per_draw, "{ctx}");
+    let labels: BTreeSet<String> = rows.iter().map(|r| r[1].to_owned()).collect();
+    let mut want = BTreeSet::new();
+    for o in order..order + orders {
+        for v in variant..variant + draws {
+            want.insert(if o == 0 {
+                v.to_string()
+            } else {
+                format!("{v}/{o}")
+            });
+        }
+    }
+    assert_eq!(labels, want, "{ctx}");
+    let missed_rows = rows.iter().filter(|r| r[r.len() - 2] != "-").count();
+
+    let means = stdout.lines().any(|l| l.starts_with("| phase | draws |"));
+    assert_eq!(means, draws * orders > 1, "means table: {ctx}");
+
+    let last = stdout.lines().last().unwrap_or_default();
+    let rest = last
+        .strip_prefix(&format!("{candidate}: "))
+        .unwrap_or_else(|| panic!("summary line: {ctx}"));
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    // "N misses in M of P phases (D draws × O family orders)"
+    let misses: u64 = words[0].parse().unwrap();
+    assert_eq!(words[1..3], ["misses", "in"], "{ctx}");
+    assert_eq!(words[3].parse::<usize>().unwrap(), missed_rows, "{ctx}");
+    assert_eq!(words[5].parse::<usize>().unwrap(), rows.len(), "{ctx}");
+    assert!(
+        rest.ends_with(&format!("phases ({draws} draws × {orders} family orders)")),
+        "{ctx}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(if misses == 0 { 0 } else { 1 }),
+        "{ctx}"
+    );
+}
+
+/// The bar section's numbers over other family orders: "cold / 1 gives least-ttft A–B within
+/// SLO and the best of the other three C–D", from the `--orders` example's rows.
+fn check_order_ranges(md: &str, stdout: &str) {
+    let (mut ours, mut best) = (vec![], vec![]);
+    for l in stdout.lines() {
+        let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+        if cells.len() > 4 && cells[1].contains('/') && cells[2] == "cold / 1" {
+            ours.push(cells[3].parse::<u32>().unwrap());
+            best.push(cells[4].parse::<u32>().unwrap());
+        }
+    }
+    let range = |v: &[u32]| format!("{}–{}", v.iter().min().unwrap(), v.iter().max().unwrap());
+    let claim = format!(
+        "gives least-ttft {} within SLO and the best of the other three {}",
+        range(&ours),
+        range(&best)
+    );
+    assert!(
+        md.replace('\n', " ").contains(&claim),
+        "sim/README.md should say: {claim}"
+    );
+}
+
+/// `kvroute-sim run`: a reasons line per strategy and the study-layout table.
+fn check_run(args: &[String], out: &Output) {
+    let stdout = text(&out.stdout);
+    let ctx = format!("run {}:\n{stdout}{}", args.join(" "), text(&out.stderr));
+    assert!(out.status.success(), "{ctx}");
+    let i = args.iter().position(|a| a == "--strategy");
+    let strategies: Vec<&String> = match i {
+        Some(i) => args[i + 1..]
+            .iter()
+            .take_while(|a| !a.starts_with("--"))
+            .collect(),
+        None => vec![],
+    };
+    assert!(!strategies.is_empty(), "{ctx}");
+    assert!(
+        stdout.contains("| scenario / round | strategy | TTFT P95 s |"),
+        "{ctx}"
+    );
+    for s in strategies {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{s}: reasons "))),
+            "{s}: {ctx}"
+        );
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("| trace | {s} |"))),
+            "{s}: {ctx}"
+        );
+    }
+}
+
+/// An HTTP/1.1 exchange as curl makes it; (status, body).
+fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: curl/8\r\nAccept: */*\r\n\
+         Connection: close\r\n"
+    );
+    if let Some(b) = body {
+        req.push_str(&format!(
+            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
+            b.len()
+        ));
+    }
+    req.push_str("\r\n");
+    req.push_str(body.unwrap_or(""));
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = vec![];
+    s.read_to_end(&mut raw).unwrap();
+    let raw = text(&raw);
+    let (head, body) = raw.split_once("\r\n\r\n").expect("a response");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = String::new();
+        let mut rest = body;
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = &tail[n + 2..];
+        }
+        out
+    } else {
+        body.to_owned()
+    };
+    (status, body)
+}
+
+/// Runs a `curl` example line against `addr` (its `HOST:PORT`); checks the `# → RESULT` it
+/// promises, if any.
+fn run_curl(line: &str, addr: &str) {
+    let words = shell_words(line);
+    assert_eq!(words[0], "curl", "{line}");
+    let mut method = None;
+    let mut url = None;
+    let mut body = None;
+    let mut i = 1;
+    while i < words.len() {
+        let w = &words[i];
+        if let Some(m) = w.strip_prefix("-X") {
+            method = Some(m.to_owned());
+        } else if w == "-d" {
+            body = Some(words[i + 1].clone());
+            i += 1;
+        } else if w.starts_with("http://") {
+            url = Some(w.clone());
+        } else {
+            panic!("curl option {w} not understood: {line}");
+        }
+        i += 1;
+    }
+    let url = url.expect("a URL");
+    let path = url
+        .strip_prefix("http://HOST:PORT")
+        .unwrap_or_else(|| panic!("URL not http://HOST:PORT/...: {line}"));
+    let method = method.unwrap_or_else(|| if body.is_some() { "POST" } else { "GET" }.into());
+    let (status, got) = http(addr, &method, path, body.as_deref());
+    assert_eq!(status, 200, "{line}: {got}");
+    if let Some((_, promised)) = line.split_once("# →") {
+        let want: serde_json::Value = serde_json::from_str(promised.trim()).expect("JSON");
+        let got: serde_json::Value = serde_json::from_str(&got).expect("JSON answer");
+        assert_eq!(got, want, "{line}");
+    }
+}
+
+/// `kvroute-sim serve`: the one line `listening on 127.0.0.1:PORT`; the fault flags it is given
+/// at work; the `curl` examples beside it; SIGTERM stops it cleanly.
+fn check_serve(args: &[String], block: &[String]) {
+    let mut child: Child = bin()
+        .arg("serve")
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kvroute-sim serve");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim_end()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("first line {line:?}"))
+        .to_owned();
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
+
+    // The start-up fault spec: `--fault-after N` requests pass, then `--fault-status`; with
+    // `--fault-health` /health fails too once they have passed.
+    let status: u16 = arg(args, "--fault-status").map_or(500, |s| s.parse().unwrap());
+    let after: u64 = arg(args, "--fault-after").map_or(0, |s| s.parse().unwrap());
+    let health = args.iter().any(|a| a == "--fault-health");
+    for _ in 0..after {
+        assert_eq!(http(&addr, "GET", "/v1/models", None).0, 200);
+    }
+    if args.iter().any(|a| a.starts_with("--fault-")) {
+        let (got, body) = http(&addr, "GET", "/v1/models", None);
+        assert_eq!(got, status, "{body}");
+        let (got, _) = http(&addr, "GET", "/health", None);
+        assert_eq!(got, if health { status } else { 200 });
+    }
+
+    let curls: Vec<&String> = block
+        .iter()
+        .filter(|l| l.trim_start().starts_with("curl "))
+        .collect();
+    for c in &curls {
+        run_curl(c.trim(), &addr);
+    }
+    if !curls.is_empty() {
+        // The examples end by clearing the spec: the replica is healthy again.
+        assert_eq!(http(&addr, "GET", "/fault", None), (200, "{}".to_owned()));
+        assert_eq!(http(&addr, "GET", "/health", None).0, 200);
+    }
+
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            assert!(st.success(), "serve exited with {st:?} after SIGTERM");
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("serve did not stop within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn runnable_examples_run_as_written_and_print_what_the_readme_says() {
+    let md = sim_readme();
+    let examples = runnable_examples(&md);
+    let md = &md;
+    let by_sub = |s: &str| examples.iter().filter(|(c, _)| c.sub == s).count();
+    assert_eq!(by_sub("bar"), 3, "{examples:?}");
+    assert_eq!(by_sub("run"), 1, "{examples:?}");
+    assert_eq!(by_sub("serve"), 1, "{examples:?}");
+    // The simulations at once (2 cores: about 5 s), the server meanwhile.
+    std::thread::scope(|scope| {
+        for (c, block) in &examples {
+            let args = shell_words(&c.rest);
+            match c.sub.as_str() {
+                "bar" | "run" => {
+                    scope.spawn(move || {
+                        let t = Instant::now();
+                        let out = bin().arg(&c.sub).args(&args).output().expect("runs");
+                        println!("{} ({:.1?})", c.line, t.elapsed());
+                        if c.sub == "bar" {
+                            check_bar(&args, &out);
+                            if args.iter().any(|a| a == "--orders") {
+                                check_order_ranges(md, &text(&out.stdout));
+                            }
+                        } else {
+                            check_run(&args, &out);
+                        }
+                    });
+                }
+                "serve" => check_serve(&args, block),
+                other => panic!("no check for a runnable `{other}` example: {}", c.line),
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The study.
+
+/// The table rows of a markdown table whose header line starts with `header`.
+fn table_rows<'a>(md: &'a str, header: &str) -> Vec<&'a str> {
+    let mut lines = md.lines().skip_while(|l| !l.starts_with(header));
+    assert!(lines.next().is_some(), "no table {header}");
+    lines
+        .skip(1) // |---|
+        .take_while(|l| l.starts_with('|'))
+        .collect()
+}
+
+#[test]
+fn study_prints_the_readmes_tables_and_writes_what_out_lists() {
+    let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-study");
+    let _ = std::fs::remove_dir_all(&out_dir);
+    let out = bin()
+        .args(["study", "--out"])
+        .arg(&out_dir)
+        .output()
+        .expect("runs");
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    let printed: BTreeSet<&str> = stdout.lines().collect();
+
+    // sim/README.md: the study's three strategies' rows, as printed.
+    let sim_md = sim_readme();
+    let rows = table_rows(&sim_md, "| scenario / round | strategy |");
+    assert_eq!(rows.len(), 24);
+    for row in rows {
+        assert!(printed.contains(row), "{row} not printed:\n{stdout}");
+    }
+    // Four strategies × four scenarios × two rounds.
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.starts_with("| ") && l.contains(" / ") && !l.starts_with("| scenario"))
+            .count(),
+        32,
+        "{stdout}"
+    );
+    assert!(stdout.contains("simulated 32 phases"), "{stdout}");
+
+    // The top-level README's table: "TTFT P95 / SLO" per phase and strategy, rounded.
+    let top = top_readme();
+    let header = "| phase | random | least-request | prefix-cache | **least-ttft** |";
+    let strategies = ["random", "least-request", "prefix-cache", "least-ttft"];
+    let rows = table_rows(&top, header);
+    assert_eq!(rows.len(), 8);
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let phase = cells[1].split(" (").next().unwrap();
+        for (strategy, cell) in strategies.iter().zip(&cells[2..6]) {
+            let cell = cell.trim_matches('*');
+            let (ttft, slo) = cell.split_once(" s / ").expect("T s / N");
+            let printed_row = stdout
+                .lines()
+                .find(|l| l.starts_with(&format!("| {phase} | {strategy} |")))
+                .unwrap_or_else(|| panic!("no row {phase} {strategy}"));
+            let p: Vec<&str> = printed_row.split('|').map(str::trim).collect();
+            let (p_ttft, p_slo): (f64, &str) = (p[3].parse().unwrap(), p[6]);
+            let decimals = ttft.split_once('.').map_or(0, |(_, d)| d.len()) as i32;
+            let t: f64 = ttft.parse().unwrap();
+            assert!(
+                (t - p_ttft).abs() <= 0.5 * 10f64.powi(-decimals) + 1e-9 && slo == p_slo,
+                "top-level README {phase} {strategy}: {cell}, printed {p_ttft} s / {p_slo}"
+            );
+        }
+    }
+
+    // --out: records.jsonl, summary.json and ttft-SCENARIO.svg.
+    let mut files: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files,
+        [
+            "records.jsonl",
+            "summary.json",
+            "ttft-cold.svg",
+            "ttft-hot50.svg",
+            "ttft-hot90.svg",
+            "ttft-warm.svg"
+        ]
+    );
+    let records = read(&out_dir.join("records.jsonl"));
+    assert_eq!(records.lines().count(), 32 * 96);
+    let _ = std::fs::remove_dir_all(&out_dir);
+}
+
+/// The within-SLO counts of a study run's rows for one phase label prefix and strategy.
+fn slo(stdout: &str, phase: &str, strategy: &str) -> u32 {
+    let row = stdout
+        .lines()
+        .find(|l| l.starts_with(&format!("| {phase} | {strategy} |")))
+        .unwrap_or_else(|| panic!("no row {phase} {strategy}:\n{stdout}"));
+    row.split('|')
+        .map(str::trim)
+        .nth(6)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn study(args: &[&str]) -> String {
+    let out = bin().arg("study").args(args).output().expect("runs");
+    assert!(
+        out.status.success(),
+        "study {args:?}: {}",
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+#[test]
+fn the_numbers_the_prose_quotes_from_study_flags_are_current() {
+    let md = sim_readme().replace('\n', " ");
+    // --router-max-seqs: "told 256 instead of 8, least-ttft gets hot50/1 A/96 and hot90/1 B/96
+    // instead of C and D".
+    let told = study(&[
+        "--round",
+        "1",
+        "--strategy",
+        "least-ttft",
+        "--router-max-seqs",
+        "256",
+    ]);
+    let default = study(&["--round", "1", "--strategy", "least-ttft"]);
+    let claim = format!(
+        "told 256 instead of 8, least-ttft gets hot50/1 {}/96 and hot90/1 {}/96 instead of {} and {}",
+        slo(&told, "hot50 / 1", "least-ttft"),
+        slo(&told, "hot90 / 1", "least-ttft"),
+        slo(&default, "hot50 / 1", "least-ttft"),
+        slo(&default, "hot90 / 1", "least-ttft"),
+    );
+    assert!(md.contains(&claim), "sim/README.md should say: {claim}");
+
+    // --arrivals poisson: "least-request falls to A–B/96 in hot50 (both rounds), warm/2 and
+    // hot90/2".
+    let poisson = study(&["--arrivals", "poisson", "--strategy", "least-request"]);
+    let counts: Vec<u32> = ["hot50 / 1", "hot50 / 2", "warm / 2", "hot90 / 2"]
+        .iter()
+        .map(|p| slo(&poisson, p, "least-request"))
+        .collect();
+    let claim = format!(
+        "least-request falls to {}–{}/96 in hot50 (both rounds), warm/2 and hot90/2",
+        counts.iter().min().unwrap(),
+        counts.iter().max().unwrap()
+    );
+    assert!(md.contains(&claim), "sim/README.md should say: {claim}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The ignored simulation tests.
+
+#[test]
+fn the_readmes_command_for_the_ignored_tests_is_make_test_sims() {
+    let md = sim_readme();
+    let section = sections(&md)
+        .into_iter()
+        .find(|s| s.heading == "## Fidelity tests")
+        .expect("a Fidelity tests section");
+    let (_, prose) = split_fences(&section.lines);
+    let spans = spans_by_paragraph(&prose).concat();
+    let readme_cmd = spans
+        .iter()
+        .find(|s| s.starts_with("cargo test") && s.contains("--include-ignored"))
+        .expect("a cargo test command with --include-ignored");
+    assert!(prose.join(" ").contains("`make test-sim`"));
+
+    let mk = read(&repo_root().join("mk/sim.mk"));
+    let recipe = mk
+        .lines()
+        .skip_while(|l| !l.starts_with("test-sim:"))
+        .nth(1)
+        .expect("a test-sim recipe");
+    let words = |s: &str| -> Vec<String> {
+        s.replace("$(CARGO)", "cargo")
+            .split_whitespace()
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(words(readme_cmd), words(recipe), "README vs mk/sim.mk");
+    // The tests it names are the ones ignored in builds with debug assertions.
+    for file in ["tests/fidelity.rs", "tests/least_ttft.rs"] {
+        let src = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join(file));
+        assert!(
+            src.contains("#[cfg_attr(\n    debug_assertions,\n    ignore"),
+            "{file}"
+        );
+    }
+}
