@@ -35,7 +35,59 @@ pub struct Kustomization {
     pub kind: String,
     pub resources: Vec<String>,
     #[serde(default)]
+    pub components: Vec<String>,
+    #[serde(default)]
+    pub patches: Vec<Patch>,
+    #[serde(default)]
     pub transformers: Vec<String>,
+}
+
+/// A kustomize Component (`kustomize.config.k8s.io/v1alpha1`, kustomize
+/// `api/types/kustomization.go`: the same fields as a Kustomization; these use two).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Component {
+    pub api_version: String,
+    pub kind: String,
+    #[serde(default)]
+    pub resources: Vec<String>,
+    #[serde(default)]
+    pub patches: Vec<Patch>,
+}
+
+/// An entry of `patches` (kustomize `api/types/patch.go`): a file, and the objects it applies
+/// to.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Patch {
+    pub path: String,
+    pub target: Option<PatchTarget>,
+}
+
+/// `patches[].target` (kustomize `api/types/selector.go`), by kind and name only here.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchTarget {
+    pub kind: String,
+    pub name: String,
+}
+
+/// One operation of a JSON patch file (RFC 6902, as kustomize applies it).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonPatchOp {
+    pub op: JsonPatchOpKind,
+    pub path: String,
+    pub value: Option<Value>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum JsonPatchOpKind {
+    Add,
+    Remove,
+    Replace,
+    Test,
 }
 
 #[derive(Debug, Deserialize)]
@@ -356,4 +408,162 @@ pub struct CircuitBreaker {
     pub max_connections: Option<i64>,
     pub max_pending_requests: Option<i64>,
     pub max_parallel_requests: Option<i64>,
+}
+
+// ---- Gateway API BackendTLSPolicy (gateway.networking.k8s.io/v1) ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackendTlsPolicySpec {
+    pub target_refs: Vec<SectionTargetRef>,
+    pub validation: BackendTlsValidation,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct SectionTargetRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+    pub section_name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct BackendTlsValidation {
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<LocalObjectRef>,
+    pub well_known_ca_certificates: Option<String>,
+    pub hostname: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LocalObjectRef {
+    pub group: String,
+    pub kind: String,
+    pub name: String,
+}
+
+// ---- cert-manager (cert-manager.io/v1) ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct IssuerSpec {
+    pub self_signed: Option<SelfSignedIssuer>,
+    pub ca: Option<CaIssuer>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SelfSignedIssuer {}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CaIssuer {
+    pub secret_name: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CertificateSpec {
+    pub secret_name: String,
+    pub common_name: Option<String>,
+    #[serde(default)]
+    pub dns_names: Vec<String>,
+    #[serde(default, rename = "isCA")]
+    pub is_ca: bool,
+    #[serde(default)]
+    pub usages: Vec<KeyUsage>,
+    pub duration: Option<String>,
+    pub renew_before: Option<String>,
+    pub private_key: Option<CertificatePrivateKey>,
+    pub issuer_ref: IssuerRef,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+pub enum KeyUsage {
+    #[serde(rename = "digital signature")]
+    DigitalSignature,
+    #[serde(rename = "key encipherment")]
+    KeyEncipherment,
+    #[serde(rename = "cert sign")]
+    CertSign,
+    #[serde(rename = "server auth")]
+    ServerAuth,
+    #[serde(rename = "client auth")]
+    ClientAuth,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CertificatePrivateKey {
+    pub algorithm: Option<KeyAlgorithm>,
+    pub size: Option<u32>,
+    pub encoding: Option<KeyEncoding>,
+    pub rotation_policy: Option<RotationPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum KeyAlgorithm {
+    RSA,
+    ECDSA,
+    Ed25519,
+}
+
+#[derive(Debug, Deserialize)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum KeyEncoding {
+    PKCS1,
+    PKCS8,
+}
+
+#[derive(Debug, Deserialize)]
+pub enum RotationPolicy {
+    Never,
+    Always,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IssuerRef {
+    pub name: String,
+    pub kind: Option<String>,
+    pub group: Option<String>,
+}
+
+// ---- Istio DestinationRule (networking.istio.io/v1) ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct DestinationRuleSpec {
+    pub host: String,
+    pub traffic_policy: Option<TrafficPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrafficPolicy {
+    pub tls: Option<ClientTlsSettings>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClientTlsSettings {
+    pub mode: IstioTlsMode,
+    pub sni: Option<String>,
+    pub insecure_skip_verify: Option<bool>,
+    pub credential_name: Option<String>,
+    pub subject_alt_names: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize, PartialEq, Eq)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum IstioTlsMode {
+    DISABLE,
+    SIMPLE,
+    MUTUAL,
+    #[serde(rename = "ISTIO_MUTUAL")]
+    IstioMutual,
 }

@@ -14,13 +14,20 @@
 //!   at the module). A kind with no check fails.
 //! - **Every ConfigMap's `kvroute.toml`** is a kvroute configuration: `config::parse_toml`
 //!   (unknown keys are errors) and `config::build`, as the binary does at start-up.
-//! - **Each overlay** under `deploy/kubernetes/` is rendered (its resources and the namespace
-//!   transformer: the only kustomize features used; any other kustomization field fails) and
-//!   checked as a whole: one replica, probes, security context, Service and NetworkPolicy
-//!   selecting the pod, ports agreeing with the configuration, RBAC exactly what the
-//!   configuration's discovery mode needs and bound to the ServiceAccount in kvroute's
-//!   namespace, the InferencePool's picker pointing at the Service. Where `kubectl` is on
-//!   PATH, `kubectl kustomize` renders each overlay too and must give the same objects.
+//! - **Each overlay** under `deploy/kubernetes/` is rendered (its resources, components, JSON
+//!   and map-only strategic-merge patches, and the namespace transformer: the only kustomize
+//!   features used; any other kustomization field fails) and checked as a whole: one replica,
+//!   probes, security context, Service and NetworkPolicy selecting the pod, ports agreeing
+//!   with the configuration, RBAC exactly what the configuration's discovery mode needs and
+//!   bound to the ServiceAccount in kvroute's namespace, the InferencePool's picker pointing
+//!   at the Service. Where `kubectl` is on PATH, `kubectl kustomize` renders each overlay too
+//!   and must give the same objects.
+//! - **The TLS overlays** (`deploy/kubernetes/tls/`, [`tls`]): the same checks, plus the
+//!   Secret mounted where `[listen.tls]` looks, probes over HTTPS when the admin port is TLS,
+//!   the cert-manager chain that issues the Secret, the BackendTLSPolicy on the Service port
+//!   the EnvoyExtensionPolicy calls, nothing else changed from the plain overlay; and the
+//!   binary started with the rendered configuration on certificates laid out as the Secret
+//!   mount, answering the probes and gRPC over TLS as the kubelet and the gateway would call.
 //! - The gateway wiring agrees with the overlays; the Dockerfile and `deploy/build-image.sh`
 //!   agree with the Deployment; the paths and metric names `deploy/README.md` mentions exist.
 
@@ -150,9 +157,15 @@ fn load(path: &Path) -> Vec<Doc> {
     docs
 }
 
-/// Every Kubernetes manifest file: under `deploy/kubernetes/`, and `envoy/gateway/`.
+/// Every Kubernetes manifest file: under `deploy/kubernetes/`, and `envoy/gateway/`; not the
+/// JSON patch files kustomizations name (lists of operations, applied and checked by
+/// [`overlays::render`]).
 fn manifest_files() -> Vec<PathBuf> {
-    let mut files = yaml_files(&repo().join("deploy/kubernetes"));
+    let patches = overlays::json_patch_files(&repo().join("deploy/kubernetes"));
+    let mut files: Vec<PathBuf> = yaml_files(&repo().join("deploy/kubernetes"))
+        .into_iter()
+        .filter(|f| !patches.contains(f))
+        .collect();
     files.extend(yaml_files(&repo().join("envoy/gateway")));
     assert!(files.len() >= 20, "too few manifests found: {files:?}");
     files
@@ -244,8 +257,17 @@ fn custom<T: DeserializeOwned>(doc: &Doc) -> T {
 ///   (`envoyextensionpolicy_types.go`, `ext_proc_types.go`, `envoypatchpolicy_types.go`,
 ///   `clienttrafficpolicy_types.go`, `connection_types.go`, `circuitbreaker_types.go`;
 ///   d32f28294245e454d20f81d323d626a90e660c1e).
-/// - kustomize: `Kustomization` (kustomize.config.k8s.io/v1beta1) and the builtin
-///   `NamespaceTransformer` (kubernetes-sigs/kustomize `api/types/kustomization.go`,
+/// - Gateway API `BackendTLSPolicy` (gateway.networking.k8s.io/v1, Gateway API v1.4 and later):
+///   kubernetes-sigs/gateway-api `apis/v1/backendtlspolicy_types.go`, as in the CRD Envoy
+///   Gateway bundles (`charts/gateway-helm/charts/crds/crds/gatewayapi-crds.yaml`, envoyproxy/gateway
+///   d32f28294245e454d20f81d323d626a90e660c1e).
+/// - cert-manager (`cert-manager.io/v1`): `Issuer` and `Certificate`, cert-manager/cert-manager
+///   `pkg/apis/certmanager/v1/types_issuer.go` and `types_certificate.go`.
+/// - Istio `DestinationRule` (`networking.istio.io/v1`): istio/api
+///   `networking/v1alpha3/destination_rule.proto` (02462985e541055f1d83b09ecaa4e469383f217e).
+/// - kustomize: `Kustomization` (kustomize.config.k8s.io/v1beta1), `Component`
+///   (kustomize.config.k8s.io/v1alpha1), `patches` and the builtin `NamespaceTransformer`
+///   (kubernetes-sigs/kustomize `api/types/kustomization.go`, `api/types/patch.go`,
 ///   `api/filters/namespace`), as `kubectl kustomize` (kustomize v5) reads them.
 // The fields are there to be checked (a document may hold these and no others), not all to be
 // read.
@@ -273,7 +295,16 @@ fn check_document(doc: &Doc) {
         ("kustomize.config.k8s.io/v1beta1", "Kustomization") => {
             drop(custom::<cr::Kustomization>(doc))
         }
+        ("kustomize.config.k8s.io/v1alpha1", "Component") => drop(custom::<cr::Component>(doc)),
         ("builtin", "NamespaceTransformer") => drop(custom::<cr::NamespaceTransformer>(doc)),
+        ("cert-manager.io/v1", "Issuer") => drop(custom::<Cr<cr::IssuerSpec>>(doc)),
+        ("cert-manager.io/v1", "Certificate") => drop(custom::<Cr<cr::CertificateSpec>>(doc)),
+        ("gateway.networking.k8s.io/v1", "BackendTLSPolicy") => {
+            drop(custom::<Cr<cr::BackendTlsPolicySpec>>(doc))
+        }
+        ("networking.istio.io/v1", "DestinationRule") => {
+            drop(custom::<Cr<cr::DestinationRuleSpec>>(doc))
+        }
         ("inference.networking.k8s.io/v1", "InferencePool") => {
             drop(custom::<Cr<cr::InferencePoolSpec>>(doc))
         }
@@ -327,6 +358,11 @@ fn every_document_reads_back_as_its_kind() {
         "EnvoyExtensionPolicy",
         "PodDisruptionBudget",
         "Kustomization",
+        "Component",
+        "Issuer",
+        "Certificate",
+        "BackendTLSPolicy",
+        "DestinationRule",
     ] {
         assert!(kinds.contains(kind), "no {kind} checked: {kinds:?}");
     }
@@ -361,6 +397,39 @@ fn the_document_checks_catch_misspellings() {
         let docs = parse_yaml(&text.replacen(from, to, 1), "mutated inferencepool.yaml");
         let caught = std::panic::catch_unwind(|| docs.iter().for_each(check_document));
         assert!(caught.is_err(), "{from} → {to} was not caught");
+    }
+    for (file, from, to) in [
+        (
+            "components/tls-envoy-gateway/backendtlspolicy.yaml",
+            "caCertificateRefs:",
+            "caCertificateRef:",
+        ),
+        (
+            "components/tls-envoy-gateway/backendtlspolicy.yaml",
+            "sectionName: grpc",
+            "section: grpc",
+        ),
+        (
+            "components/tls-cert-manager/certificates.yaml",
+            "dnsNames:",
+            "dnsName:",
+        ),
+        (
+            "components/tls-cert-manager/certificates.yaml",
+            "- server auth",
+            "- serverAuth",
+        ),
+        (
+            "components/tls/kustomization.yaml",
+            "patches:",
+            "patchesJson6902:",
+        ),
+    ] {
+        let text = read(&repo().join("deploy/kubernetes").join(file));
+        assert!(text.contains(from), "{from} not in {file}");
+        let docs = parse_yaml(&text.replacen(from, to, 1), &format!("mutated {file}"));
+        let caught = std::panic::catch_unwind(|| docs.iter().for_each(check_document));
+        assert!(caught.is_err(), "{file}: {from} → {to} was not caught");
     }
 }
 
@@ -418,6 +487,14 @@ fn every_configmap_is_a_kvroute_configuration() {
 mod overlays;
 
 use overlays::*;
+
+mod tls;
+
+/// The fake API server of the discovery tests (the serving check in [`tls`] lists pods from
+/// it, so that `/readyz` answers 200 as in a cluster).
+#[path = "../support/k8s.rs"]
+#[allow(dead_code)]
+mod fake_kube;
 
 // ---- gateway wiring ----
 

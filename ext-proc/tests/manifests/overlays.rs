@@ -7,21 +7,43 @@ pub(crate) fn namespaced(kind: &str) -> bool {
 }
 
 /// An overlay as kustomize renders it, for the features used here: `resources` (files, and
-/// directories with their own kustomization) and the builtin NamespaceTransformer with
-/// `unsetOnly: true` and `setRoleBindingSubjects: none`.
+/// directories with their own kustomization), `components` (directories holding a
+/// `kind: Component` kustomization: its resources, then its patches), `patches` (JSON patch
+/// files, and strategic-merge patches holding only maps, each with a `target` by kind and
+/// name), and the builtin NamespaceTransformer with `unsetOnly: true` and
+/// `setRoleBindingSubjects: none`; in kustomize's order: resources, components, patches,
+/// transformers.
 pub(crate) fn render(dir: &Path) -> Vec<Doc> {
     let kustomization = load(&dir.join("kustomization.yaml"));
     assert_eq!(kustomization.len(), 1, "{}: one document", dir.display());
     let k: cr::Kustomization = custom(&kustomization[0]);
+    assert_eq!(
+        (k.api_version.as_str(), k.kind.as_str()),
+        ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
+        "{}",
+        dir.display()
+    );
     let mut objects = Vec::new();
-    for r in &k.resources {
-        let p = std::fs::canonicalize(dir.join(r))
-            .unwrap_or_else(|e| panic!("{}: resource {r}: {e}", dir.display()));
-        if p.is_dir() {
-            objects.extend(render(&p));
-        } else {
-            objects.extend(load(&p));
+    add_resources(dir, &k.resources, &mut objects);
+    for c in &k.components {
+        let cdir = std::fs::canonicalize(dir.join(c))
+            .unwrap_or_else(|e| panic!("{}: component {c}: {e}", dir.display()));
+        let docs = load(&cdir.join("kustomization.yaml"));
+        assert_eq!(docs.len(), 1, "{}: one document", cdir.display());
+        let comp: cr::Component = custom(&docs[0]);
+        assert_eq!(
+            (comp.api_version.as_str(), comp.kind.as_str()),
+            ("kustomize.config.k8s.io/v1alpha1", "Component"),
+            "{}",
+            cdir.display()
+        );
+        add_resources(&cdir, &comp.resources, &mut objects);
+        for patch in &comp.patches {
+            apply_patch(&cdir, patch, &mut objects);
         }
+    }
+    for patch in &k.patches {
+        apply_patch(dir, patch, &mut objects);
     }
     for t in &k.transformers {
         for doc in load(&dir.join(t)) {
@@ -46,7 +68,195 @@ pub(crate) fn render(dir: &Path) -> Vec<Doc> {
             }
         }
     }
+    let mut ids = BTreeSet::new();
+    for o in &objects {
+        assert!(
+            ids.insert(key(o)),
+            "{}: {:?} twice (kustomize refuses that)",
+            dir.display(),
+            key(o)
+        );
+    }
     objects
+}
+
+fn add_resources(dir: &Path, resources: &[String], objects: &mut Vec<Doc>) {
+    for r in resources {
+        let p = std::fs::canonicalize(dir.join(r))
+            .unwrap_or_else(|e| panic!("{}: resource {r}: {e}", dir.display()));
+        if p.is_dir() {
+            objects.extend(render(&p));
+        } else {
+            objects.extend(load(&p));
+        }
+    }
+}
+
+/// The YAML of a patch file: a list of JSON patch operations, or one object.
+fn patch_value(path: &Path) -> Value {
+    let text = read(path);
+    let mut values = Vec::new();
+    for de in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v = Value::deserialize(de).unwrap_or_else(|e| panic!("{}: {e}", rel(path)));
+        if !v.is_null() {
+            values.push(v);
+        }
+    }
+    assert_eq!(values.len(), 1, "{}: one patch per file", rel(path));
+    values.pop().expect("one value")
+}
+
+/// The files kustomizations (and components) under `root` name as JSON patches.
+pub(crate) fn json_patch_files(root: &Path) -> BTreeSet<PathBuf> {
+    let mut out = BTreeSet::new();
+    for f in yaml_files(root) {
+        if f.file_name().and_then(|n| n.to_str()) != Some("kustomization.yaml") {
+            continue;
+        }
+        let dir = f.parent().expect("a directory");
+        let doc = &load(&f)[0];
+        let patches: Vec<cr::Patch> = match doc.kind() {
+            "Kustomization" => custom::<cr::Kustomization>(doc).patches,
+            "Component" => custom::<cr::Component>(doc).patches,
+            other => panic!("{}: kind {other}", rel(&f)),
+        };
+        for p in patches {
+            let path = std::fs::canonicalize(dir.join(&p.path))
+                .unwrap_or_else(|e| panic!("{}: patch {}: {e}", rel(&f), p.path));
+            if patch_value(&path).is_array() {
+                out.insert(path);
+            }
+        }
+    }
+    out
+}
+
+fn apply_patch(dir: &Path, patch: &cr::Patch, objects: &mut [Doc]) {
+    let path = dir.join(&patch.path);
+    let value = patch_value(&path);
+    let origin = rel(&path);
+    let target = patch
+        .target
+        .as_ref()
+        .unwrap_or_else(|| panic!("{origin}: only patches with a target are modelled here"));
+    let mut matched = 0;
+    for o in objects.iter_mut() {
+        if o.kind() != target.kind || o.name() != target.name {
+            continue;
+        }
+        matched += 1;
+        match &value {
+            Value::Array(_) => {
+                let ops: Vec<cr::JsonPatchOp> = serde_json::from_value(value.clone())
+                    .unwrap_or_else(|e| panic!("{origin}: not a JSON patch: {e}"));
+                for op in &ops {
+                    json_patch(&mut o.value, op)
+                        .unwrap_or_else(|e| panic!("{origin}: {op:?} on {}: {e}", o.origin));
+                }
+            }
+            Value::Object(_) => {
+                assert_eq!(
+                    (value["kind"].as_str(), value["metadata"]["name"].as_str()),
+                    (Some(o.kind()), Some(o.name())),
+                    "{origin}: a strategic-merge patch names its target"
+                );
+                merge_maps(&mut o.value, &value, &origin);
+            }
+            other => panic!("{origin}: not a patch: {other}"),
+        }
+        o.origin = format!("{} patched by {origin}", o.origin);
+    }
+    assert!(
+        matched > 0,
+        "{origin}: no {} {} to patch",
+        target.kind,
+        target.name
+    );
+}
+
+/// A strategic merge of `patch` into `into` where the patch holds only maps and scalars: maps
+/// merge key by key, scalars replace. (Lists merge by keys that depend on the field; none is
+/// modelled, so a list in a patch fails.)
+fn merge_maps(into: &mut Value, patch: &Value, origin: &str) {
+    match (into, patch) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(k) {
+                    Some(existing) if v.is_object() && existing.is_object() => {
+                        merge_maps(existing, v, origin)
+                    }
+                    _ => {
+                        assert!(
+                            !v.is_array() && !v.is_null(),
+                            "{origin}: {k}: lists and deletions in strategic-merge patches are not modelled here"
+                        );
+                        a.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (_, _) => panic!("{origin}: a strategic-merge patch is a map"),
+    }
+}
+
+/// RFC 6901 pointer tokens.
+fn pointer_tokens(path: &str) -> Result<Vec<String>, String> {
+    let rest = path
+        .strip_prefix('/')
+        .ok_or_else(|| format!("{path}: not a JSON pointer"))?;
+    Ok(rest
+        .split('/')
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect())
+}
+
+/// One RFC 6902 operation (add, remove, replace, test) on `doc`.
+fn json_patch(doc: &mut Value, op: &cr::JsonPatchOp) -> Result<(), String> {
+    use cr::JsonPatchOpKind::*;
+    let mut tokens = pointer_tokens(&op.path)?;
+    let last = tokens.pop().ok_or("empty path")?;
+    let mut parent = &mut *doc;
+    for t in &tokens {
+        parent = match parent {
+            Value::Object(m) => m.get_mut(t).ok_or_else(|| format!("no {t}"))?,
+            Value::Array(a) => {
+                let i: usize = t.parse().map_err(|_| format!("{t}: not an index"))?;
+                a.get_mut(i).ok_or_else(|| format!("no index {i}"))?
+            }
+            _ => return Err(format!("{t}: not in a map or list")),
+        };
+    }
+    let value = || op.value.clone().ok_or("no value".to_owned());
+    match (parent, &op.op) {
+        (Value::Object(m), Add) => {
+            m.insert(last, value()?);
+        }
+        (Value::Object(m), Replace) => {
+            let slot = m.get_mut(&last).ok_or_else(|| format!("no {last}"))?;
+            *slot = value()?;
+        }
+        (Value::Object(m), Remove) => {
+            m.remove(&last).ok_or_else(|| format!("no {last}"))?;
+        }
+        (Value::Object(m), Test) => {
+            if m.get(&last) != Some(&value()?) {
+                return Err(format!("test failed: {last} is {:?}", m.get(&last)));
+            }
+        }
+        (Value::Array(a), Add) if last == "-" => a.push(value()?),
+        (Value::Array(a), kind) => {
+            let i: usize = last.parse().map_err(|_| format!("{last}: not an index"))?;
+            match kind {
+                Add if i <= a.len() => a.insert(i, value()?),
+                Replace if i < a.len() => a[i] = value()?,
+                Remove if i < a.len() => drop(a.remove(i)),
+                Test if a.get(i) == Some(&value()?) => {}
+                _ => return Err(format!("{kind:?} at index {i} of {} items", a.len())),
+            }
+        }
+        (_, _) => return Err("the parent is not a map or list".into()),
+    }
+    Ok(())
 }
 
 pub(crate) fn key(doc: &Doc) -> (String, String, String) {
@@ -177,10 +387,19 @@ pub(crate) struct Overlay {
     pub(crate) discovery: Mode,
     pub(crate) network_policy: NetworkPolicy,
     pub(crate) deployment: Deployment,
+    pub(crate) service_spec: k8s_openapi::api::core::v1::ServiceSpec,
+    /// The ConfigMap's `kvroute.toml`, as written and as built.
+    pub(crate) config_text: String,
+    pub(crate) config: config::Config,
 }
 
 pub(crate) fn check_overlay(name: &str) -> Overlay {
-    let dir = repo().join("deploy/kubernetes").join(name);
+    check_overlay_at(&repo().join("deploy/kubernetes").join(name), name)
+}
+
+/// [`check_overlay`] of the overlay in `dir` (a copy of `deploy/kubernetes` may hold it).
+pub(crate) fn check_overlay_at(dir: &Path, name: &str) -> Overlay {
+    let dir = dir.to_path_buf();
     let objects = render(&dir);
     for doc in &objects {
         check_document(doc);
@@ -264,7 +483,7 @@ pub(crate) fn check_overlay(name: &str) -> Overlay {
         ]),
         "{name}: container ports"
     );
-    let probe_path = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
+    let probe = |p: &Option<k8s_openapi::api::core::v1::Probe>| {
         let h = p
             .as_ref()
             .and_then(|p| p.http_get.as_ref())
@@ -274,18 +493,15 @@ pub(crate) fn check_overlay(name: &str) -> Overlay {
             IntOrString::String("admin".into()),
             "{name}: probes go to the admin port"
         );
-        h.path.clone().unwrap_or_default()
+        (
+            h.path.clone().unwrap_or_default(),
+            h.scheme.clone().unwrap_or_else(|| "HTTP".into()),
+        )
     };
-    assert_eq!(
-        probe_path(&c.liveness_probe),
-        "/healthz",
-        "{name}: liveness"
-    );
-    assert_eq!(
-        probe_path(&c.readiness_probe),
-        "/readyz",
-        "{name}: readiness"
-    );
+    let (liveness, liveness_scheme) = probe(&c.liveness_probe);
+    let (readiness, readiness_scheme) = probe(&c.readiness_probe);
+    assert_eq!(liveness, "/healthz", "{name}: liveness");
+    assert_eq!(readiness, "/readyz", "{name}: readiness");
     // Security: non-root, read-only root, no capabilities, no privilege escalation, seccomp.
     let psc = pod.security_context.as_ref().expect("pod securityContext");
     let csc = c
@@ -373,6 +589,31 @@ pub(crate) fn check_overlay(name: &str) -> Overlay {
     let cfg = kvroute_config(cm_doc)
         .expect("data.kvroute.toml")
         .unwrap_or_else(|e| panic!("{name}: {}: {e}", cm_doc.origin));
+    let config_text = cm_doc.value["data"]["kvroute.toml"]
+        .as_str()
+        .expect("kvroute.toml")
+        .to_owned();
+    // The admin port's scheme, for the kubelet's probes and annotation-driven Prometheus.
+    let admin_tls = cfg.tls.as_ref().is_some_and(|t| t.on_admin());
+    let scheme = if admin_tls { "HTTPS" } else { "HTTP" };
+    assert_eq!(
+        (liveness_scheme.as_str(), readiness_scheme.as_str()),
+        (scheme, scheme),
+        "{name}: probe schemes, with the admin port's TLS {admin_tls}"
+    );
+    let annotations = spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
+    assert_eq!(
+        annotations
+            .get("prometheus.io/scheme")
+            .map_or("http", String::as_str),
+        scheme.to_ascii_lowercase(),
+        "{name}: prometheus.io/scheme"
+    );
     assert_eq!(
         cfg.grpc_listen,
         SocketAddr::from(([0, 0, 0, 0], GRPC_PORT as u16)),
@@ -393,13 +634,13 @@ pub(crate) fn check_overlay(name: &str) -> Overlay {
         cfg.shutdown_grace.as_secs() as i64 + 5 < grace,
         "{name}: shutdown_grace_secs + preStop must fit in terminationGracePeriodSeconds"
     );
-    let discovery = match cfg.discovery {
+    let discovery = match &cfg.discovery {
         Discovery::Kubernetes(k) => {
             assert!(
                 k.api_server.is_none(),
                 "{name}: in a pod, the service account is the client"
             );
-            k.mode
+            k.mode.clone()
         }
         Discovery::Static => panic!("{name}: the overlays discover pods from Kubernetes"),
     };
@@ -423,17 +664,26 @@ pub(crate) fn check_overlay(name: &str) -> Overlay {
             )
         })
         .collect();
+    // With TLS the grpc port is not cleartext HTTP/2 any more: no appProtocol (as the Gateway
+    // API Inference Extension's own TLS picker Service); Envoy Gateway speaks gRPC to an
+    // extProc backend whatever the port says.
+    let grpc_protocol = cfg.tls.is_none().then(|| "kubernetes.io/h2c".to_owned());
     assert_eq!(
         svc_ports["grpc"],
         (
             GRPC_PORT,
             Some(IntOrString::String("grpc".into())),
-            Some("kubernetes.io/h2c".into())
+            grpc_protocol
         ),
         "{name}: Service grpc port"
     );
     assert_eq!(
-        svc_ports["admin"].0, ADMIN_PORT,
+        svc_ports["admin"],
+        (
+            ADMIN_PORT,
+            Some(IntOrString::String("admin".into())),
+            Some(scheme.to_ascii_lowercase())
+        ),
         "{name}: Service admin port"
     );
     assert_eq!(svc_ports.len(), 2, "{name}: Service ports");
@@ -688,6 +938,7 @@ pub(crate) fn check_overlay(name: &str) -> Overlay {
     }
 
     let service = svc_doc.name().to_owned();
+    let service_spec = svc_spec.clone();
     Overlay {
         objects,
         namespace,
@@ -696,6 +947,9 @@ pub(crate) fn check_overlay(name: &str) -> Overlay {
         discovery,
         network_policy,
         deployment,
+        service_spec,
+        config_text,
+        config: cfg,
     }
 }
 
