@@ -152,7 +152,11 @@ pub struct Background {
 impl Background {
     /// Builds the router from `config` and starts the background tasks (see the type's
     /// docs). Binds the admin listener (`config.admin_listen`, TLS when configured for it).
-    pub async fn start(config: &Config, source: ConfigSource) -> Result<Background, Error> {
+    pub async fn start(
+        config: &Config,
+        source: ConfigSource,
+        reload: reload::Trigger,
+    ) -> Result<Background, Error> {
         let mut registry = Registry::default();
         let shared = Shared::new(config, &mut registry)?;
         let discovery = discovery::Source::register(config.discovery.clone(), &mut registry);
@@ -173,7 +177,13 @@ impl Background {
         tokio::spawn(maintenance::run(shared.clone(), stop_rx.clone()));
         discovery.spawn(shared.clone(), stop_rx.clone());
         tokio::spawn(scrape::run(shared.clone(), stop_rx.clone()));
-        tokio::spawn(reload::run(source, shared.clone(), config.clone(), stop_rx));
+        tokio::spawn(reload::run(
+            source,
+            shared.clone(),
+            config.clone(),
+            reload,
+            stop_rx,
+        ));
         Ok(Background {
             shared,
             admin_addr,
@@ -210,7 +220,7 @@ pub async fn run(
         None => None,
     };
     let (grpc, grpc_addr) = bind(config.grpc_listen).await?;
-    let background = Background::start(&config, source).await?;
+    let background = Background::start(&config, source, reload::Trigger::FileAndSighup).await?;
     let shared = background.shared.clone();
     let admin_addr = background.admin_addr;
 

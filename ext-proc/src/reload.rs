@@ -140,20 +140,33 @@ pub fn reload_bytes(
     }
 }
 
-/// Watches for SIGHUP and file changes until `stop` changes (see the module docs); `startup`
-/// is the configuration the process started with.
+/// How a running configuration is reloaded from its file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    /// On file change and on SIGHUP (the kvroute-ext-proc process).
+    FileAndSighup,
+    /// On file change only: inside another program (Envoy, which owns its signals).
+    File,
+}
+
+/// Watches for file changes (and SIGHUP, per `trigger`) until `stop` changes (see the module
+/// docs); `startup` is the configuration the process started with.
 pub async fn run(
     source: ConfigSource,
     shared: Arc<Shared>,
     startup: Config,
+    trigger: Trigger,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut hup = match signal(SignalKind::hangup()) {
-        Ok(s) => Some(s),
-        Err(e) => {
-            tracing::error!(error = %e, "cannot install the SIGHUP handler; file polling only");
-            None
-        }
+    let mut hup = match trigger {
+        Trigger::File => None,
+        Trigger::FileAndSighup => match signal(SignalKind::hangup()) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot install the SIGHUP handler; file polling only");
+                None
+            }
+        },
     };
     let mut current = startup.clone();
     // The bytes last read (applied or refused), and a change seen but not yet stable.

@@ -1,0 +1,43 @@
+//! What the filter asks of Envoy for one HTTP stream, as a safe trait. The binding
+//! ([`crate::abi`]) implements it over Envoy's callbacks; the unit tests implement it over
+//! plain maps, so the filter's logic is tested without Envoy.
+
+/// One HTTP stream as the filter sees it, during one of Envoy's calls into the filter.
+pub trait StreamHost {
+    /// The first value of request header `name` (lower-case), if present.
+    fn request_header(&self, name: &str) -> Option<Vec<u8>>;
+    /// Every request header, in order (names lower-case).
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)>;
+    /// Sets (replaces) request header `name`. False if Envoy refused.
+    fn set_request_header(&mut self, name: &str, value: &[u8]) -> bool;
+    /// The request body Envoy has buffered so far, plus the chunk being delivered: the whole
+    /// body at its end when every earlier chunk was held back for buffering.
+    fn request_body(&self) -> Vec<u8>;
+    /// Its size in bytes, without copying it.
+    fn request_body_len(&self) -> usize;
+    /// Sends the request to `address` (`ip:port`): sets the dynamic metadata
+    /// `envoy.lb/x-gateway-destination-endpoint` (the shipped `ORIGINAL_DST` cluster's key, as
+    /// with ext_proc), asks Envoy for that upstream host (`set_upstream_override_host`, for a
+    /// cluster that lists the pods), and clears the cached route so that routes matching on
+    /// the metadata apply. False if Envoy refused the metadata.
+    fn set_destination(&mut self, address: &str) -> bool;
+    /// The first value of response header `name`, if present.
+    fn response_header(&self, name: &str) -> Option<Vec<u8>>;
+    /// Sets (replaces) response header `name`. False if Envoy refused.
+    fn set_response_header(&mut self, name: &str, value: &[u8]) -> bool;
+    /// The response chunk being delivered (response-body calls only).
+    fn response_chunk(&self) -> Vec<Vec<u8>>;
+    /// Envoy's `response.code_details` attribute, once a response has started.
+    fn response_code_details(&self) -> Option<String>;
+    /// Envoy's `response.code` attribute, once a response has started.
+    fn response_code(&self) -> Option<u16>;
+    /// Answers the request locally: `status`, `headers`, `body`, and `details` as Envoy's
+    /// `response.code_details`.
+    fn send_local_reply(
+        &mut self,
+        status: u16,
+        headers: &[(&str, &[u8])],
+        body: &[u8],
+        details: &str,
+    );
+}
