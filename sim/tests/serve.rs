@@ -314,13 +314,15 @@ async fn exports_ttft_and_e2e_histograms_in_vllm_buckets_and_real_time() {
     assert_eq!(sample(&m, &series(e2e, "count")), 1, "{m}");
     let t = sample_f64(&m, &series(ttft, "sum"));
     let e = sample_f64(&m, &series(e2e, "sum"));
-    // Never faster than the model, never longer than the client waited.
+    // Never faster than the model, never longer than the client waited. The engine
+    // schedules steps against deadlines, so a late step shortens the next: the decode
+    // steps' 54 ms may be a little less after the TTFT was recorded late.
     assert!(
         (0.1665..elapsed).contains(&t),
         "TTFT {t} s, request {elapsed} s"
     );
     assert!(
-        (t + 0.054..=elapsed).contains(&e),
+        (t + 0.045..=elapsed).contains(&e),
         "E2E {e} s, TTFT {t} s, request {elapsed} s"
     );
     // Cumulative buckets: nothing at or below 0.1 s, the one request in +Inf.
