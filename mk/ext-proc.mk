@@ -33,6 +33,9 @@ test-e2e: $(ENVOY_BIN)
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test faults -- --ignored --test-threads 1 --nocapture
 	# Alone, so that no other test's load disturbs the latencies it compares (about 30 s).
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test e2e -- --ignored --nocapture hot50_through_envoy
+	# kvroute inside Envoy (the dynamic module libkvroute_envoy.so): the same checks, hot50 alone.
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy --test e2e -- --ignored --test-threads 2 --skip hot50
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy --test e2e -- --ignored --nocapture hot50
 
 DEMO_TARGET := demo-envoy
 demo-envoy: $(ENVOY_BIN)
@@ -42,4 +45,4 @@ demo-envoy: $(ENVOY_BIN)
 bench-envoy: $(ENVOY_BIN)
 	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim
 	$(CARGO) build --release -q -p kvroute-ext-proc --example floor
-	ENVOY_BIN=$(ENVOY_BIN) python3 scripts/bench-envoy.py
+	ENVOY_BIN=$(ENVOY_BIN) python3 scripts/bench-envoy.py $(BENCH_ARGS)

@@ -1,94 +1,68 @@
 #!/usr/bin/env python3
-"""Bounded load benchmark: what kvroute-ext-proc costs in front of two kvroute-sim replicas.
+"""Bounded load benchmark: what kvroute-ext-proc costs in front of two kvroute-sim replicas,
+next to Envoy alone, sglang-router's cache-aware policy and no router at all.
 
-One Envoy process (--concurrency 1), the same two replicas, four listeners:
-  rr        Envoy alone, ROUND_ROBIN over the two replicas (no ext_proc)
-  floor     Envoy + the protocol floor (ext-proc/examples/floor.rs: the same tonic stack and
-            replies, round-robin, no parsing or routing), response-headers phase SEND
-  kv        Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SEND (default)
-  kv-nohdr  Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SKIP
-Every listener is envoy/envoy.template.yaml's, rendered by `kvroute-ext-proc envoy-config`
-(BUFFERED request body, response trailers SEND, metadata routing, the round-robin fallback
-route) under its own name and ext_proc cluster; rr is the same listener without the ext_proc
-filter. Requests are study-shaped: ~28 KB prompts
-from 8 salted families, a new question number per request, non-streaming, max_tokens 1, the
-replicas at a large speed-up so that the engine time is small and constant.
+Targets (--targets, comma-separated; each one is an entry of TARGETS below):
+  rr          Envoy alone, ROUND_ROBIN over the two replicas (no ext_proc)
+  floor       Envoy + the protocol floor (ext-proc/examples/floor.rs: the same tonic stack and
+              replies, round-robin, no parsing or routing), response-headers phase SEND
+  kv          Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SEND (default)
+  kv-nohdr    Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SKIP
+  kv-untimed  Envoy + a second kvroute-ext-proc with [stream_timing] max_streams = 0 (with
+              --stream-tokens, "kv vs kv-untimed" is what timing a few streamed responses costs)
+  sg          sglang-router 0.3.2 (PyPI sglang-router==0.3.2, installed into .venv-bench/ if
+              missing), `python -m sglang_router.launch_router --policy cache_aware` in front of
+              the same replicas, --log-level warn (Envoy and kvroute log at warning too)
+  direct      no router: the client straight to replica-a (the reference for added latency)
+The Envoy targets are listeners of one Envoy process (--concurrency 1), each
+envoy/envoy.template.yaml's listener rendered by `kvroute-ext-proc envoy-config` (BUFFERED
+request body, response trailers SEND, metadata routing, the round-robin fallback route) under
+its own name and ext_proc cluster; rr is the same listener without the ext_proc filter.
+A target's CPU is the CPU of the processes it names (their whole process trees, from
+/proc/<pid>/task/*/schedstat, read around each phase): rr Envoy; floor and kv Envoy + their
+ext_proc server; sg the sglang-router process; direct nothing. The replicas' CPU is shown apart.
 
-With --stream-tokens N the requests stream (SSE, N tokens, usage included) and the last
-listener is kv-untimed instead of kv-nohdr: a second kvroute-ext-proc with
-[stream_timing] max_streams = 0, so that "kv vs kv-untimed" is what timing a few responses
-through kvroute (response body STREAMED by mode_override, one gRPC message per chunk) costs.
+Requests are study-shaped: ~28 KB prompts from 8 salted families, a new question number per
+request, non-streaming, max_tokens 1 (--stream-tokens N: SSE, N tokens, usage included), the
+replicas at a large speed-up so that the engine time is small and constant. Each phase sends a
+fixed number of requests with an asyncio client over keep-alive connections, in the load shapes
+of --shapes: "c=N" is a closed loop over N connections (c=1: latency with an idle machine;
+c=32: saturation, every process competes for the 2 cores, so latency there is mostly CPU
+queueing), "R/s" an open loop at R requests/s over 8 connections. Phases are interleaved over
+rounds (the target order rotates each round). Prints a table per (target, load shape), the
+differences between targets and issue #19's three ratios, as medians over rounds (a ratio is the
+median of its per-round ratios). Exits 1 if any request failed. Everything runs on 127.0.0.1
+with ports chosen at run time and stops on exit (also on Ctrl-C or SIGTERM). Numbers are
+relative: client, routers and replicas share the machine's cores.
 
-Each phase sends a fixed number of requests with an asyncio client over keep-alive
-connections, in three load shapes: "c=1" (closed loop, one connection: latency with an idle
-machine), "N/s" (open loop at a fixed moderate rate over 8 connections, --rate, default
-1000 requests/s: well under every listener's capacity) and "c=8" (closed loop, 8 connections:
-saturation, every process competes for the 2 cores, so latency there is mostly CPU queueing);
-phases are interleaved over rounds. CPU is read from /proc/<pid>/task/*/schedstat around each phase.
-Prints a table per (listener, load shape) and the added p50/p99 of kv vs rr (medians over
-rounds). Everything runs on 127.0.0.1 with ports chosen at run time and stops on exit.
-Numbers are relative: client, Envoy, kvroute and replicas share the machine's cores.
+--smoke: one round of a few requests (c=1 and c=32) through rr and kv only: a quick check
+that the bench and the listeners work, well under a minute.
+`make bench-envoy` builds the release binaries and runs this; BENCH_ARGS="..." passes options.
 """
 import argparse
 import asyncio
 import json
 import os
-import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+from bench_load import cpu_ns, free_port, pct, run_phase, start, stop_all, study_bodies
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("KVROUTE_BIN_DIR") or os.path.join(
     os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release")
 ENVOY = os.environ.get("ENVOY_BIN") or os.path.join(ROOT, ".venv", "bin", "envoy")
-
-PROCS = []
-
-
-def start(cmd, log, marker=None, timeout=30.0):
-    """Starts cmd (stderr to log); with marker, waits for a stdout line containing it."""
-    err = open(log, "w")
-    p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if marker else subprocess.DEVNULL,
-                         stderr=err, text=True)
-    PROCS.append(p)
-    if not marker:
-        return p, None
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        line = p.stdout.readline()
-        if marker in line:
-            return p, line.strip()
-        if p.poll() is not None:
-            break
-    sys.exit(f"{cmd[0]} did not start; see {log}")
-
-
-def stop_all():
-    for p in PROCS:
-        if p.poll() is None:
-            p.terminate()
-    for p in PROCS:
-        try:
-            p.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def cpu_ns(pid):
-    total = 0
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{t}/schedstat") as f:
-                total += int(f.read().split()[0])
-        except OSError:
-            pass
-    return total
+BENCH_VENV = os.environ.get("BENCH_VENV") or os.path.join(ROOT, ".venv-bench")
+SGLANG_ROUTER = "0.3.2"
 
 
 def render(kv_config, grpc_addr, response_headers):
@@ -110,233 +84,309 @@ def split_config(text):
     return head, listener, {i.split("\n", 1)[0].split(": ", 1)[1].strip(): i.rstrip("\n") for i in items if i.strip()}
 
 
-def envoy_config(kv_config, ext_addr, floor_addr, untimed_addr=None):
-    """One Envoy with the bench's listeners, each the shipped template's listener (rendered
-    by kvroute-ext-proc) under its own name and ext_proc cluster; rr is that listener without
-    the ext_proc filter (no metadata, so every request takes the template's round-robin
-    fallback route)."""
-    last = ("kv-untimed", untimed_addr, True) if untimed_addr else ("kv-nohdr", ext_addr, False)
-    listeners, clusters, head = [], [], None
-    for name, addr, headers in [("kv", ext_addr, True), ("floor", floor_addr, True), last]:
-        h, listener, items = split_config(render(kv_config, addr, headers))
+def envoy_config(kv_config, listeners):
+    """One Envoy with the given listeners [(name, ext_proc gRPC address or None, response
+    headers SEND)], each the shipped template's listener (rendered by kvroute-ext-proc) under its
+    own name and ext_proc cluster; without an ext_proc address, that listener without the ext_proc
+    filter (no metadata, so every request takes the template's round-robin fallback route)."""
+    out, clusters, head = [], [], None
+    for name, grpc, headers in listeners:
+        h, listener, items = split_config(render(kv_config, grpc or "127.0.0.1:9", headers))
         if head is None:
             head = h
             clusters += [items["kvroute_pods"], items["kvroute_fallback"]]
-            no_filter = re.sub(r"(?ms)^          - name: envoy\.filters\.http\.ext_proc\n.*?(?=^          - name: )",
-                               "", listener, count=1)
-            assert "ext_proc" not in no_filter.split("http_filters:", 1)[1], "rr still has the ext_proc filter"
-            listeners.append(no_filter.replace("kvroute_gateway", "rr"))
+        if grpc is None:
+            listener = re.sub(r"(?ms)^          - name: envoy\.filters\.http\.ext_proc\n.*?(?=^          - name: )",
+                              "", listener, count=1)
+            assert "ext_proc" not in listener.split("http_filters:", 1)[1], f"{name} still has the ext_proc filter"
+            out.append(listener.replace("kvroute_gateway", name))
+            continue
         cluster = f"ext_{name}"
-        listeners.append(listener.replace("kvroute_gateway", name).replace("kvroute_ext_proc", cluster))
+        out.append(listener.replace("kvroute_gateway", name).replace("kvroute_ext_proc", cluster))
         clusters.append(items["kvroute_ext_proc"].replace("kvroute_ext_proc", cluster))
-    return head + "\n  listeners:\n" + "\n".join(listeners) + "\n  clusters:\n" + "\n".join(clusters) + "\n"
+    return head + "\n  listeners:\n" + "\n".join(out) + "\n  clusters:\n" + "\n".join(clusters) + "\n"
 
 
-def study_bodies(n, repeats=300, seed=7, stream_tokens=0):
-    rng = random.Random(seed)
-    salts = ["".join(rng.choice("0123456789abcdef") for _ in range(256)) for _ in range(8)]
-    filler = "The service tracks request latency, token throughput, cache utilization, and healthy replicas.\n" * repeats
-    bodies = []
-    for i in range(n):
-        f = rng.randrange(8)
-        prompt = f"{salts[f]}\nDocument {f}\n{filler}Question {i:06d}: Explain the operational tradeoffs in detail."
-        req = {"model": "study", "prompt": prompt, "max_tokens": 1, "temperature": 0}
-        if stream_tokens:
-            req.update(max_tokens=stream_tokens, stream=True, stream_options={"include_usage": True})
-        body = json.dumps(req).encode()
-        bodies.append(b"POST /v1/completions HTTP/1.1\r\nhost: bench\r\ncontent-type: application/json\r\n"
-                      b"content-length: %d\r\n\r\n" % len(body) + body)
-    return bodies
+def wait_http(url, ok=lambda body: True, timeout=60.0, what="server"):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                body = r.read().decode()
+                if r.status == 200 and ok(body):
+                    return body
+        except OSError:
+            pass
+        time.sleep(0.1)
+    sys.exit(f"{what} not ready at {url} after {timeout:g} s")
 
 
-async def one_conn(host, port, reqs, lat, errors, starts=None):
-    reader, writer = await asyncio.open_connection(host, port)
-    sock = writer.get_extra_info("socket")
-    sock.setsockopt(__import__("socket").IPPROTO_TCP, __import__("socket").TCP_NODELAY, 1)
-    for i, req in enumerate(reqs):
-        if starts:
-            delay = starts[i] - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-        t = time.perf_counter()
-        writer.write(req)
-        head = await reader.readuntil(b"\r\n\r\n")
-        status = int(head.split(b" ", 2)[1])
-        length, chunked = 0, False
-        for line in head.split(b"\r\n"):
-            if line[:15].lower() == b"content-length:":
-                length = int(line[15:])
-            elif line.lower() == b"transfer-encoding: chunked":
-                chunked = True
-        if chunked:  # SSE: chunks until the last (size 0)
-            while True:
-                size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
-                await reader.readexactly(size + 2)
-                if size == 0:
-                    break
+def sglang_python():
+    """.venv-bench's python with sglang-router==0.3.2, creating the venv and installing it if missing."""
+    py = os.path.join(BENCH_VENV, "bin", "python")
+    version = [py, "-c", "import importlib.metadata as m; print(m.version('sglang-router'))"]
+    if os.access(py, os.X_OK) and subprocess.run(version, capture_output=True, text=True).stdout.strip() == SGLANG_ROUTER:
+        return py
+    print(f"installing sglang-router=={SGLANG_ROUTER} into {BENCH_VENV}", file=sys.stderr)
+    if not os.access(py, os.X_OK):
+        subprocess.run([sys.executable, "-m", "venv", BENCH_VENV], check=True)
+    subprocess.run([py, "-m", "pip", "install", "--quiet", f"sglang-router=={SGLANG_ROUTER}"], check=True)
+    return py
+
+
+class Bench:
+    """The processes behind the targets, each started once, on first use. procs maps a name
+    to its pids (CPU groups); an Envoy target registers a listener and gets "envoy:NAME" as its
+    address, resolved once the one Envoy has started with every registered listener."""
+
+    def __init__(self, args, work):
+        self.args, self.work, self.procs, self.listeners = args, work, {}, []
+        self.replicas = []  # (name, address)
+        for name in ("replica-a", "replica-b"):
+            p, line = start([os.path.join(BIN, "kvroute-sim"), "serve", "--host", "127.0.0.1", "--port", "0",
+                             "--name", name, "--speedup", str(args.speedup)], f"{work}/{name}.log", "listening on")
+            self.replicas.append((name, line.replace("listening on ", "")))
+            self.procs.setdefault("replicas", []).append(p.pid)
+        self.kv_config = f"{work}/kvroute.toml"
+        with open(self.kv_config, "w") as f:
+            pods = ", ".join(f'{{ name = "{n}", address = "{a}" }}' for n, a in self.replicas)
+            f.write(f'[listen]\ngrpc = "127.0.0.1:0"\nadmin = "127.0.0.1:0"\n'
+                    f'[routing]\ndefault_strategy = "prefix-cache"\n[models.study]\npods = [{pods}]\n')
+        self.grpc, self.kvroute_admin, self.ports = {}, {}, {}  # ext_proc gRPC and admin addresses, Envoy listeners
+
+    def kvroute(self, name="ext", extra_toml=""):
+        """A kvroute-ext-proc (prefix-cache over the replicas), started once per name; its gRPC address."""
+        if name not in self.procs:
+            cfg = self.kv_config
+            if extra_toml:
+                cfg = f"{self.work}/{name}.toml"
+                with open(cfg, "w") as f:
+                    f.write(open(self.kv_config).read() + extra_toml)
+            p, line = start([os.path.join(BIN, "kvroute-ext-proc"), "--config", cfg, "--log", "warn",
+                             "--workers", str(self.args.ext_workers)], f"{self.work}/{name}.log", "listening grpc=")
+            fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            self.procs[name], self.grpc[name], self.kvroute_admin[name] = [p.pid], fields["grpc"], fields["admin"]
+        return self.grpc[name]
+
+    def floor(self):
+        """The protocol floor (ext-proc/examples/floor.rs), started once; its gRPC address."""
+        if "floor" not in self.procs:
+            p, line = start([os.path.join(BIN, "examples", "floor")] + [a for _, a in self.replicas],
+                            f"{self.work}/floor.log", "floor listening")
+            self.procs["floor"], self.grpc["floor"] = [p.pid], line.split("grpc=", 1)[1]
+        return self.grpc["floor"]
+
+    def envoy_listener(self, name, grpc=None, response_headers=True):
+        self.listeners.append((name, grpc, response_headers))
+        return f"envoy:{name}"
+
+    def start_envoy(self):
+        if not self.listeners:
+            return
+        ecfg, admin_path = f"{self.work}/envoy.yaml", f"{self.work}/admin"
+        with open(ecfg, "w") as f:
+            f.write(envoy_config(self.kv_config, self.listeners))
+        p, _ = start([ENVOY, "-c", ecfg, "--admin-address-path", admin_path, "--concurrency", "1",
+                      "--base-id", str(9000 + os.getpid() % 1000), "-l", "warning"], f"{self.work}/envoy.log")
+        self.procs["envoy"] = [p.pid]
+        for _ in range(300):
+            if os.path.exists(admin_path) and open(admin_path).read().strip():
+                break
+            time.sleep(0.1)
+        admin = open(admin_path).read().strip()
+        wait_http(f"http://{admin}/ready", what="Envoy")
+        st = json.load(urllib.request.urlopen(f"http://{admin}/listeners?format=json"))["listener_statuses"]
+        self.ports = {s["name"]: f"127.0.0.1:{s['local_address']['socket_address']['port_value']}" for s in st}
+
+    def sglang(self):
+        """sglang-router 0.3.2, cache_aware, in front of the replicas; its address once both are healthy."""
+        py = sglang_python()
+        port, metrics = free_port(), free_port()
+        p, _ = start([py, "-m", "sglang_router.launch_router", "--host", "127.0.0.1", "--port", str(port),
+                      "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics),
+                      "--worker-urls", *[f"http://{a}" for _, a in self.replicas], "--policy", "cache_aware",
+                      "--log-level", "warn", "--shutdown-grace-period-secs", "1"], f"{self.work}/sglang-router.log")
+        self.procs["sglang"] = [p.pid]
+        wait_http(f"http://127.0.0.1:{port}/readiness", lambda b: json.loads(b).get("healthy_workers") == 2,
+                  what="sglang-router")
+        return f"127.0.0.1:{port}"
+
+    def addr(self, spec):
+        return self.ports[spec[6:]] if spec.startswith("envoy:") else spec
+
+
+# A target is a name, how to start what it needs (a Bench method, on first use; it returns the
+# address to load, or Bench.envoy_listener's for a listener of the shared Envoy), and the
+# Bench.procs names whose CPU is its own. Another one (say "mod", an Envoy loading the dynamic
+# module) is a Bench method that starts its process(es), records their pids in self.procs["..."]
+# and returns the address, plus one line here and its rows in RATIOS.
+@dataclass
+class Target:
+    setup: Callable[[Bench], str]  # starts what the target needs; its address (or Bench.envoy_listener's)
+    cpu: tuple  # Bench.procs names whose CPU is the target's
+
+
+TARGETS = {
+    "rr": Target(lambda b: b.envoy_listener("rr"), ("envoy",)),
+    "floor": Target(lambda b: b.envoy_listener("floor", b.floor()), ("envoy", "floor")),
+    "kv": Target(lambda b: b.envoy_listener("kv", b.kvroute()), ("envoy", "ext")),
+    "kv-nohdr": Target(lambda b: b.envoy_listener("kv-nohdr", b.kvroute(), False), ("envoy", "ext")),
+    "kv-untimed": Target(lambda b: b.envoy_listener("kv-untimed", b.kvroute("untimed", "[stream_timing]\nmax_streams = 0\n")),
+                         ("envoy", "untimed")),
+    "sg": Target(lambda b: b.sglang(), ("sglang",)),
+    "direct": Target(lambda b: b.replicas[0][1], ()),
+}
+
+# Issue #19's targets, then other differences worth a look: (label, a, b, metric, "/" or "-").
+RATIOS = [
+    ("(a) kv CPU/req ÷ rr CPU/req", "kv", "rr", "cpu", "/"),
+    ("(b) kv p50 − rr p50, ms", "kv", "rr", "p50", "-"),
+    ("(c) kv total CPU/req ÷ sg total CPU/req", "kv", "sg", "cpu", "/"),
+    ("kv p50 − sg p50, ms", "kv", "sg", "p50", "-"),
+    ("kv p50 − direct p50, ms", "kv", "direct", "p50", "-"),
+    ("sg p50 − direct p50, ms", "sg", "direct", "p50", "-"),
+    ("rr p50 − direct p50, ms", "rr", "direct", "p50", "-"),
+    ("floor p50 − rr p50, ms", "floor", "rr", "p50", "-"),
+    ("kv-nohdr p50 − rr p50, ms", "kv-nohdr", "rr", "p50", "-"),
+    ("kv-nohdr CPU/req ÷ rr CPU/req", "kv-nohdr", "rr", "cpu", "/"),
+    ("kv p50 − floor p50, ms", "kv", "floor", "p50", "-"),
+    ("kv CPU/req − floor CPU/req, µs", "kv", "floor", "cpu", "-"),
+    ("kv p50 − kv-untimed p50, ms", "kv", "kv-untimed", "p50", "-"),
+    ("kv CPU/req − kv-untimed CPU/req, µs", "kv", "kv-untimed", "cpu", "-"),
+]
+
+
+def parse_shapes(text, args):
+    """"c=1,c=32,1000/s" -> [(label, connections, requests, rate or None)]."""
+    shapes = []
+    for s in text.split(","):
+        if s.startswith("c="):
+            conc = int(s[2:])
+            shapes.append((s, conc, args.requests if conc == 1 else args.load_requests, None))
+        elif s.endswith("/s"):
+            shapes.append((s, 8, args.rate_requests, float(s[:-2])))
         else:
-            await reader.readexactly(length)
-        lat.append(time.perf_counter() - t)
-        if status != 200:
-            errors.append(status)
-    writer.close()
+            sys.exit(f"bad load shape {s!r}: c=N or R/s")
+    return shapes
 
 
-async def run_phase(addr, bodies, count, conc, offset, rate=None):
-    """count requests over conc connections: closed loop, or open loop at rate requests/s
-    (connection c sends its i-th request at t0 + (i * conc + c) / rate, or at once if late)."""
-    host, port = addr.rsplit(":", 1)
-    lat, errors = [], []
-    per = count // conc
-    chunks = [[bodies[(offset + c * per + i) % len(bodies)] for i in range(per)] for c in range(conc)]
-    t0 = time.perf_counter()
-    starts = None
-    if rate:
-        starts = [[t0 + (i * conc + c) / rate for i in range(per)] for c in range(conc)]
-    await asyncio.gather(*(one_conn(host, int(port), ch, lat, errors, starts and starts[c])
-                           for c, ch in enumerate(chunks)))
-    return lat, errors, time.perf_counter() - t0
+def measure(bench, targets, shapes, bodies, rounds):
+    """Every (target, shape) phase once per round; {(target, shape): [row per round]}."""
+    results, offset = {}, 0
+    for r in range(rounds):
+        order = targets[r % len(targets):] + targets[:r % len(targets)]
+        for name, addr in order:
+            groups = TARGETS[name].cpu + ("replicas",)
+            for shape, conc, count, rate in shapes:
+                before = {g: sum(cpu_ns(p) for p in bench.procs[g]) for g in groups}
+                ph, wall = asyncio.run(run_phase(addr, bodies, count, conc, offset, rate))
+                used = {g: sum(cpu_ns(p) for p in bench.procs[g]) - before[g] for g in groups}
+                offset += count
+                n = max(1, len(ph.lat))
+                parts = {g: used[g] / 1e3 / n for g in TARGETS[name].cpu}
+                results.setdefault((name, shape), []).append({
+                    "p50": pct(ph.lat, 0.5) * 1e3, "p99": pct(ph.lat, 0.99) * 1e3, "rps": len(ph.lat) / wall,
+                    "cpu": sum(parts.values()), "parts": parts, "replicas_us": used["replicas"] / 1e3 / n,
+                    "split": ph.replicas, "errors": ph.errors})
+    return results
 
 
-def pct(xs, q):
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo = int(k)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+def report(results, names, shapes):
+    med = lambda rows, k: statistics.median(x[k] for x in rows)
+    print("\n| target | load | p50 ms | p99 ms | req/s | CPU µs/req | of which | replicas CPU µs/req | replica split | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for n in names:
+        for shape, *_ in shapes:
+            rows = results[(n, shape)]
+            parts = " + ".join(f"{g} {statistics.median(x['parts'][g] for x in rows):.0f}" for g in TARGETS[n].cpu)
+            split = sum((x["split"] for x in rows), Counter())
+            split = " / ".join(f"{k[-1]} {v * 100 / max(1, sum(split.values())):.0f}%" for k, v in sorted(split.items()))
+            print(f"| {n} | {shape} | {med(rows, 'p50'):.3f} | {med(rows, 'p99'):.3f} | {med(rows, 'rps'):.0f} | "
+                  f"{med(rows, 'cpu'):.0f} | {parts or '-'} | {med(rows, 'replicas_us'):.0f} | {split} | "
+                  f"{sum(len(x['errors']) for x in rows)} |")
+    print("\nDifferences (median over rounds of the per-round value [min .. max]; CPU is each target's total per request):")
+    for label, a, b, metric, op in RATIOS:
+        if a not in names or b not in names:
+            continue
+        cells = []
+        for shape, *_ in shapes:
+            pairs = zip(results[(a, shape)], results[(b, shape)])
+            vals = [x[metric] / y[metric] if op == "/" else x[metric] - y[metric] for x, y in pairs]
+            fmt = "{:.2f}x" if op == "/" else "{:+.3f}" if metric == "p50" else "{:+.0f}"
+            cells.append(f"{shape} " + fmt.format(statistics.median(vals))
+                         + (f" [{fmt.format(min(vals))} .. {fmt.format(max(vals))}]" if len(vals) > 1 else ""))
+        print(f"  {label:40s} " + ", ".join(cells))
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=800, help="requests per phase at concurrency 1")
-    ap.add_argument("--load-requests", type=int, default=2400, help="requests per phase at concurrency 8")
-    ap.add_argument("--rate", type=float, default=1000.0, help="open-loop rate of the moderate-load phase, requests/s")
+    ap.add_argument("--targets", help=f"comma-separated, of {','.join(TARGETS)} (default: rr,floor,kv,sg,direct; "
+                                      "with --stream-tokens kv-untimed too; with --smoke rr,kv)")
+    ap.add_argument("--shapes", default="c=1,1000/s,c=32", help="load shapes: c=N closed loop, R/s open loop")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--requests", type=int, default=800, help="requests per phase at c=1")
+    ap.add_argument("--load-requests", type=int, default=9600, help="requests per phase at c=N, N > 1")
     ap.add_argument("--rate-requests", type=int, default=2400, help="requests per open-loop phase")
     ap.add_argument("--speedup", type=float, default=10000.0)
     ap.add_argument("--repeats", type=int, default=300, help="filler sentences per prompt (300 = the study's ~28 KB)")
     ap.add_argument("--ext-workers", type=int, default=1, help="kvroute-ext-proc tokio worker threads")
     ap.add_argument("--stream-tokens", type=int, default=0,
-                    help="stream N tokens per response (SSE) and compare kv against kv-untimed (0: max_tokens 1, no stream)")
+                    help="stream N tokens per response (SSE) (0: max_tokens 1, no stream)")
+    ap.add_argument("--smoke", action="store_true", help="1 round, 20 requests per phase (32 at c=32), c=1 and c=32")
     args = ap.parse_args()
-    floor_bin = os.path.join(BIN, "examples", "floor")
-    for b in (os.path.join(BIN, "kvroute-ext-proc"), os.path.join(BIN, "kvroute-sim"), floor_bin, ENVOY):
+    warmup = 200
+    if args.smoke:
+        args.rounds, args.requests, args.load_requests, warmup = 1, 20, 32, 20
+        args.shapes = "c=1,c=32"
+    names = (args.targets or ("rr,kv" if args.smoke else "rr,floor,kv,sg,direct"
+                              + (",kv-untimed" if args.stream_tokens else ""))).split(",")
+    for n in names:
+        if n not in TARGETS:
+            sys.exit(f"unknown target {n!r}; known: {', '.join(TARGETS)}")
+    shapes = parse_shapes(args.shapes, args)
+    for b in (os.path.join(BIN, "kvroute-ext-proc"), os.path.join(BIN, "kvroute-sim"), ENVOY) + \
+            ((os.path.join(BIN, "examples", "floor"),) if "floor" in names else ()):
         if not os.access(b, os.X_OK):
             sys.exit(f"missing {b} (run: make bench-envoy)")
-    work = tempfile.mkdtemp(prefix="kvroute-bench.")
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: stop the children
+    work, ok = tempfile.mkdtemp(prefix="kvroute-bench."), False
     try:
-        sims = []
-        for name in ("replica-a", "replica-b"):
-            p, line = start([os.path.join(BIN, "kvroute-sim"), "serve", "--host", "127.0.0.1", "--port", "0",
-                             "--name", name, "--speedup", str(args.speedup)], f"{work}/{name}.log", "listening on")
-            sims.append((name, line.replace("listening on ", ""), p))
-        cfg = f"{work}/kvroute.toml"
-        with open(cfg, "w") as f:
-            pods = ", ".join(f'{{ name = "{n}", address = "{a}" }}' for n, a, _ in sims)
-            f.write(f'[listen]\ngrpc = "127.0.0.1:0"\nadmin = "127.0.0.1:0"\n'
-                    f'[routing]\ndefault_strategy = "prefix-cache"\n[models.study]\npods = [{pods}]\n')
-        ext, line = start([os.path.join(BIN, "kvroute-ext-proc"), "--config", cfg, "--log", "warn",
-                           "--workers", str(args.ext_workers)],
-                          f"{work}/ext-proc.log", "listening grpc=")
-        fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
-        untimed, untimed_fields = None, None
-        if args.stream_tokens:
-            with open(f"{work}/untimed.toml", "w") as f:
-                f.write(open(cfg).read() + "[stream_timing]\nmax_streams = 0\n")
-            untimed, uline = start([os.path.join(BIN, "kvroute-ext-proc"), "--config", f"{work}/untimed.toml",
-                                    "--log", "warn", "--workers", str(args.ext_workers)],
-                                   f"{work}/untimed.log", "listening grpc=")
-            untimed_fields = dict(w.split("=", 1) for w in uline.split() if "=" in w)
-        floor, fline = start([floor_bin] + [a for _, a, _ in sims], f"{work}/floor.log", "floor listening")
-        floor_addr = fline.split("grpc=", 1)[1]
-        ecfg = f"{work}/envoy.yaml"
-        with open(ecfg, "w") as f:
-            f.write(envoy_config(cfg, fields["grpc"], floor_addr, untimed_fields and untimed_fields["grpc"]))
-        envoy, _ = start([ENVOY, "-c", ecfg, "--admin-address-path", f"{work}/admin", "--concurrency", "1",
-                          "--base-id", str(9000 + os.getpid() % 1000), "-l", "warning"], f"{work}/envoy.log")
-        for _ in range(300):
-            if os.path.exists(f"{work}/admin") and open(f"{work}/admin").read().strip():
-                break
-            time.sleep(0.1)
-        admin = open(f"{work}/admin").read().strip()
-        for _ in range(300):
-            try:
-                if urllib.request.urlopen(f"http://{admin}/ready").status == 200:
-                    break
-            except OSError:
-                time.sleep(0.1)
-        st = json.load(urllib.request.urlopen(f"http://{admin}/listeners?format=json"))["listener_statuses"]
-        ports = {s["name"]: f"127.0.0.1:{s['local_address']['socket_address']['port_value']}" for s in st}
-
+        bench = Bench(args, work)
+        specs = [(n, TARGETS[n].setup(bench)) for n in names]
+        bench.start_envoy()
+        targets = [(n, bench.addr(s)) for n, s in specs]
         bodies = study_bodies(4096, args.repeats, stream_tokens=args.stream_tokens)
         kind = f"streaming {args.stream_tokens} tokens" if args.stream_tokens else "max_tokens 1"
-        print(f"body size {len(bodies[0])} bytes, {kind}; replicas at speed-up {args.speedup:g}; "
-              f"{args.rounds} rounds x (c=1: {args.requests}, {args.rate:g}/s: {args.rate_requests}, "
-              f"c=8: {args.load_requests}) requests per listener")
-        shapes = [("c=1", 1, args.requests, None), (f"{args.rate:g}/s", 8, args.rate_requests, args.rate),
-                  ("c=8", 8, args.load_requests, None)]
-        last = "kv-untimed" if untimed else "kv-nohdr"
-        names = ["rr", "floor", "kv", last]
-        for n in names:  # warm-up: connections, index, allocator
-            asyncio.run(run_phase(ports[n], bodies, 200, 4, 0))
-        results = {}
-        offset = 0
-        for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for n in order:
-                side = {"floor": floor, "kv-untimed": untimed}.get(n, ext)
-                for shape, conc, count, rate in shapes:
-                    e0, x0 = cpu_ns(envoy.pid), cpu_ns(side.pid)
-                    lat, errors, wall = asyncio.run(run_phase(ports[n], bodies, count, conc, offset, rate))
-                    e1, x1 = cpu_ns(envoy.pid), cpu_ns(side.pid)
-                    offset += count
-                    done = len(lat)
-                    results.setdefault((n, shape), []).append({
-                        "p50": pct(lat, 0.5) * 1e3, "p99": pct(lat, 0.99) * 1e3, "rps": done / wall,
-                        "envoy_us": (e1 - e0) / 1e3 / done, "ext_us": (x1 - x0) / 1e3 / done, "errors": len(errors)})
-        med = lambda rows, k: statistics.median(x[k] for x in rows)
-        print()
-        print("| listener | load | p50 ms | p99 ms | req/s | Envoy CPU µs/req | ext_proc CPU µs/req | errors |")
-        print("|---|---|---|---|---|---|---|---|")
-        for n in names:
-            for shape, *_ in shapes:
-                rows = results[(n, shape)]
-                print(f"| {n} | {shape} | {med(rows, 'p50'):.3f} | {med(rows, 'p99'):.3f} | {med(rows, 'rps'):.0f} | "
-                      f"{med(rows, 'envoy_us'):.0f} | {med(rows, 'ext_us'):.0f} | {sum(x['errors'] for x in rows)} |")
-        print()
-        print("Added by the ext_proc server vs Envoy round-robin alone (medians over rounds):")
-        for n in ("floor", "kv", last):
-            for shape, *_ in shapes:
-                a, b = results[(n, shape)], results[("rr", shape)]
-                print(f"  {n:8s} {shape:>7s}: p50 {med(a, 'p50') - med(b, 'p50'):+.3f} ms, "
-                      f"p99 +{med(a, 'p99') - med(b, 'p99'):.3f} ms, req/s {med(a, 'rps'):.0f} vs {med(b, 'rps'):.0f}, "
-                      f"Envoy CPU +{med(a, 'envoy_us') - med(b, 'envoy_us'):.0f} µs/req, "
-                      f"ext_proc CPU {med(a, 'ext_us'):.0f} µs/req")
-        def versus(title, n, base):
-            print(f"{title} (medians over rounds):")
-            for shape, *_ in shapes:
-                a, b = results[(n, shape)], results[(base, shape)]
-                print(f"  {shape:>7s}: p50 {med(a, 'p50') - med(b, 'p50'):+.3f} ms, "
-                      f"p99 {med(a, 'p99') - med(b, 'p99'):+.3f} ms, req/s {med(a, 'rps'):.0f} vs {med(b, 'rps'):.0f}, "
-                      f"ext_proc CPU {med(a, 'ext_us'):.0f} vs {med(b, 'ext_us'):.0f} µs/req "
-                      f"({med(a, 'ext_us') - med(b, 'ext_us'):+.0f}), "
-                      f"Envoy CPU {med(a, 'envoy_us'):.0f} vs {med(b, 'envoy_us'):.0f} µs/req")
-
-        versus("kvroute-ext-proc (response headers on) vs the protocol floor: kvroute's own work", "kv", "floor")
-        if untimed:
-            versus("kvroute timing a few streamed responses (kv) vs not (kv-untimed)", "kv", "kv-untimed")
-        print()
-        for label, f in (("kvroute", fields), ("kvroute untimed", untimed_fields)):
-            if not f:
-                continue
-            metrics = urllib.request.urlopen(f"http://{f['admin']}/metrics").read().decode()
+        print(f"body size {len(bodies[0])} bytes, {kind}; replicas at speed-up {args.speedup:g}; {args.rounds} rounds x "
+              + ", ".join(f"{s}: {c}" for s, _, c, _ in shapes) + " requests per target; targets " + ",".join(names))
+        for n, addr in targets:  # warm-up: connections, index, allocator, sglang's tree
+            ph, _ = asyncio.run(run_phase(addr, bodies, warmup, 4, 0))
+            if ph.errors:
+                sys.exit(f"{n}: warm-up failed: {Counter(map(str, ph.errors)).most_common(3)}")
+        results = measure(bench, targets, shapes, bodies, args.rounds)
+        report(results, names, shapes)
+        for name, admin in bench.kvroute_admin.items():
+            metrics = urllib.request.urlopen(f"http://{admin}/metrics").read().decode()
             value = lambda prefix: sum(float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines() if l.startswith(prefix))
-            print(f"{label}: in-flight after the run {value('kvroute_pod_in_flight{'):g} (must be 0), "
+            print(f"kvroute-ext-proc {name}: in-flight after the run {value('kvroute_pod_in_flight{'):g} (must be 0), "
                   f"responses timed {value('kvroute_timed_responses_total'):g}")
+        errors = Counter(str(e) for rows in results.values() for x in rows for e in x["errors"])
+        if errors:
+            print(f"FAILED: {sum(errors.values())} requests failed: {dict(errors.most_common(5))}")
+            return 1
+        ok = True
+        return 0
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        ok = True  # nothing to look into
+        return 130
     finally:
         stop_all()
-        subprocess.run(["rm", "-rf", work])
+        if ok:
+            subprocess.run(["rm", "-rf", work])
+        else:
+            print(f"logs kept in {work}", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

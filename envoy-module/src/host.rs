@@ -6,8 +6,6 @@
 pub trait StreamHost {
     /// The first value of request header `name` (lower-case), if present.
     fn request_header(&self, name: &str) -> Option<Vec<u8>>;
-    /// Every request header, in order (names lower-case).
-    fn request_headers(&self) -> Vec<(String, Vec<u8>)>;
     /// Sets (replaces) request header `name`. False if Envoy refused.
     fn set_request_header(&mut self, name: &str, value: &[u8]) -> bool;
     /// The request body Envoy has buffered so far, plus the chunk being delivered: the whole
@@ -17,9 +15,9 @@ pub trait StreamHost {
     fn request_body_len(&self) -> usize;
     /// Sends the request to `address` (`ip:port`): sets the dynamic metadata
     /// `envoy.lb/x-gateway-destination-endpoint` (the shipped `ORIGINAL_DST` cluster's key, as
-    /// with ext_proc), asks Envoy for that upstream host (`set_upstream_override_host`, for a
-    /// cluster that lists the pods), and clears the cached route so that routes matching on
-    /// the metadata apply. False if Envoy refused the metadata.
+    /// with ext_proc) and clears the cached route so that the routes matching on the metadata
+    /// apply. (Envoy's `set_upstream_override_host` is not used: an `ORIGINAL_DST` cluster
+    /// answers 503 for an address it has not created yet, measured on Envoy 1.40.)
     fn set_destination(&mut self, address: &str) -> bool;
     /// The first value of response header `name`, if present.
     fn response_header(&self, name: &str) -> Option<Vec<u8>>;

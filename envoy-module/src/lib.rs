@@ -14,7 +14,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
-// pub mod abi;
+pub mod abi;
 pub mod filter;
 pub mod host;
 pub mod instance;

@@ -76,6 +76,20 @@ pub enum Command {
         #[arg(long, default_value = "kvroute-ext-proc")]
         tls_sni: String,
     },
+    /// Print an Envoy config with kvroute inside it, as the dynamic module libkvroute_envoy.so
+    /// (envoy/envoy.module.template.yaml), for this kvroute configuration.
+    EnvoyModuleConfig {
+        /// Envoy's client listener.
+        #[arg(long, default_value = "127.0.0.1:10000")]
+        listen: SocketAddr,
+        /// Envoy's admin listener.
+        #[arg(long, default_value = "127.0.0.1:9901")]
+        admin: SocketAddr,
+        /// Put the TOML's text into Envoy's config instead of its path (--config's path, as
+        /// given: it must be valid where Envoy runs).
+        #[arg(long)]
+        inline: bool,
+    },
 }
 
 impl Cli {

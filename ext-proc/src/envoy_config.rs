@@ -143,6 +143,15 @@ mod tests {
     }
 
     #[test]
+    fn the_template_asks_for_the_request_attributes_kvroute_reads() {
+        for (expression, _) in crate::envoy_context::REQUEST_ATTRIBUTES {
+            let line = format!("              - '{expression}'\n");
+            assert_eq!(TEMPLATE.matches(&line).count(), 1, "{line}");
+        }
+        assert!(TEMPLATE.contains("request_header_mode: SKIP"));
+    }
+
+    #[test]
     fn shipped_envoy_yaml_is_the_rendered_example() {
         let shipped = include_str!("../../envoy/envoy.yaml");
         assert_eq!(

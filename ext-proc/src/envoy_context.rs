@@ -1,12 +1,14 @@
 //! What Envoy passes kvroute besides headers and bodies: the attributes its ext_proc filter
-//! is asked for (`response_attributes`), and the dynamic metadata it forwards
-//! (`metadata_options.forwarding_namespaces`), where a Gateway API Inference Extension gateway
-//! puts its endpoint subset hint.
+//! is asked for (`request_attributes`, `response_attributes`), and the dynamic metadata it
+//! forwards (`metadata_options.forwarding_namespaces`), where a Gateway API Inference
+//! Extension gateway puts its endpoint subset hint.
 
 use std::collections::HashMap;
 
 use envoy_types::pb::envoy::config::core::v3::Metadata;
 use envoy_types::pb::google::protobuf::{value::Kind, Struct};
+
+use crate::routing::RequestInfo;
 
 /// The metadata namespace of the Gateway API Inference Extension's subset hint.
 pub const SUBSET_HINT_NAMESPACE: &str = "envoy.lb.subset_hint";
@@ -15,6 +17,52 @@ pub const SUBSET_HINT_KEY: &str = "x-gateway-destination-endpoint-subset";
 /// The response attribute that says who made a response and why (`via_upstream`, or Envoy's
 /// reason for its own reply).
 pub const CODE_DETAILS: &str = "response.code_details";
+
+/// The request attributes kvroute reads, each the CEL expression the shipped configuration
+/// lists in `request_attributes` (Envoy keys each value by its expression's text). With
+/// `request_header_mode: SKIP` they are what kvroute knows of the request headers: Envoy
+/// evaluates them when it sends its first message of the request (the body), and sends them
+/// with it. In this order: the path without the query string (`:path`), the request id
+/// (`x-request-id`) and the `routing-strategy` header.
+///
+/// A header value a client sent may be any bytes, and Envoy passes it into a protobuf
+/// string as it is: one value that is not UTF-8 makes the whole message undecodable (prost
+/// checks strings; the side stream would fail and the request fall back unrouted). So each
+/// header is passed only when it is UTF-8 (RE2's `.` matches no invalid byte, measured on
+/// Envoy 1.40): otherwise the id is left out (`1/0` makes the expression fail, and Envoy
+/// leaves failed ones out) and the strategy becomes U+FFFD (unreadable: a bad strategy, 400),
+/// as when the header itself is read. The path needs no check: the routes only pass the
+/// routed paths to kvroute, and Envoy refuses a request line with bytes outside ASCII.
+pub const REQUEST_ATTRIBUTES: [(&str, &str); 3] = [
+    ("request.url_path", ":path"),
+    (
+        r#"request.id.matches("^.*$") ? request.id : 1/0"#,
+        "x-request-id",
+    ),
+    (
+        r#"request.headers["routing-strategy"].matches("^.*$") ? request.headers["routing-strategy"] : "\uFFFD""#,
+        "routing-strategy",
+    ),
+];
+
+/// Reads the request attributes of [`REQUEST_ATTRIBUTES`] into `info`, as the request
+/// headers they stand for ([`RequestInfo::read_header`]); absent ones change nothing, and an
+/// empty request id counts as absent. Returns whether any was there.
+pub fn read_request_attributes(
+    attributes: &HashMap<String, Struct>,
+    info: &mut RequestInfo,
+) -> bool {
+    let mut any = false;
+    for (expression, header) in REQUEST_ATTRIBUTES {
+        if let Some(value) = string_attribute(attributes, expression) {
+            any = true;
+            if !(value.is_empty() && header == "x-request-id") {
+                info.read_header(header, value.as_bytes());
+            }
+        }
+    }
+    any
+}
 
 /// The string attribute `name` from an attributes map (Envoy keys it by filter name; every
 /// entry is searched, so a renamed filter still works).
@@ -97,6 +145,32 @@ mod tests {
         let text = string("10.0.0.1:80, 10.0.0.2:80");
         assert_eq!(subset_hint(Some(&metadata(text))), Some(want));
         assert_eq!(subset_hint(Some(&metadata(string("")))), Some(vec![]));
+    }
+
+    #[test]
+    fn request_attributes_are_read_as_the_headers_they_stand_for() {
+        let attrs = |values: &[(usize, &str)]| -> HashMap<String, Struct> {
+            let fields = values
+                .iter()
+                .map(|(i, v)| (REQUEST_ATTRIBUTES[*i].0.to_owned(), string(v)))
+                .collect();
+            [("envoy.filters.http.ext_proc".to_owned(), Struct { fields })].into()
+        };
+        let mut info = RequestInfo::default();
+        assert!(!read_request_attributes(&HashMap::new(), &mut info));
+        assert_eq!(info, RequestInfo::default());
+        let all = attrs(&[(0, "/v1/completions"), (1, "rid"), (2, "random")]);
+        assert!(read_request_attributes(&all, &mut info));
+        assert_eq!(info.path, "/v1/completions");
+        assert_eq!(info.request_id.as_deref(), Some("rid"));
+        assert_eq!(info.strategy.as_deref(), Some("random"));
+        // An empty id and a blank strategy count as absent.
+        let mut info = RequestInfo::default();
+        assert!(read_request_attributes(
+            &attrs(&[(1, ""), (2, " ")]),
+            &mut info
+        ));
+        assert_eq!(info, RequestInfo::default());
     }
 
     #[test]

@@ -32,6 +32,7 @@ pub mod engines;
 pub mod env;
 pub mod envoy_config;
 pub mod envoy_context;
+pub mod envoy_module_config;
 pub mod extract;
 pub mod health;
 pub mod introspect;

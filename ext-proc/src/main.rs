@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use kvroute_ext_proc::cli::{Cli, Command};
 use kvroute_ext_proc::envoy_config::{self, EnvoyOptions, EnvoyTls};
+use kvroute_ext_proc::envoy_module_config::{self, FilterConfig, ModuleOptions};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -47,6 +48,14 @@ fn main() -> ExitCode {
         };
         print!("{}", envoy_config::render(&config, &opts));
         return ExitCode::SUCCESS;
+    }
+    if let Some(Command::EnvoyModuleConfig {
+        listen,
+        admin,
+        inline,
+    }) = &cli.command
+    {
+        return print_module_config(&cli, &config, *listen, *admin, *inline);
     }
     let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log) {
         Ok(f) => f,
@@ -93,4 +102,38 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `envoy-module-config`: the filter gets --config's path, or with `inline` the file's text.
+fn print_module_config(
+    cli: &Cli,
+    config: &kvroute_ext_proc::config::Config,
+    listen: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+    inline: bool,
+) -> ExitCode {
+    let Some(path) = &cli.config else {
+        eprintln!(
+            "kvroute-ext-proc: envoy-module-config needs --config (the module reads the same file)"
+        );
+        return ExitCode::from(2);
+    };
+    let filter_config = if inline {
+        match std::fs::read_to_string(path) {
+            Ok(text) => FilterConfig::Inline(text),
+            Err(e) => {
+                eprintln!("kvroute-ext-proc: {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+    } else {
+        FilterConfig::Path(path.display().to_string())
+    };
+    let opts = ModuleOptions {
+        listen,
+        admin,
+        filter_config,
+    };
+    print!("{}", envoy_module_config::render(config, &opts));
+    ExitCode::SUCCESS
 }

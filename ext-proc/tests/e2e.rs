@@ -241,118 +241,7 @@ fn requests_reach_the_chosen_pod_and_say_why() {
 #[ignore = "needs Envoy; run by `make test-e2e`"]
 fn errors_return_aibrix_status_marker_and_body() {
     let s = Stack::start("errors", "[limits]\nmax_body_bytes = 65536\n", true);
-    // (path, headers, body, status, marker header, text in message or code)
-    type Case<'a> = (
-        &'a str,
-        Vec<(&'a str, &'a str)>,
-        Vec<u8>,
-        u16,
-        &'a str,
-        &'a str,
-    );
-    let cases: Vec<Case> = vec![
-        (
-            "/v1/completions",
-            vec![],
-            completion("nope", "x", 1, false),
-            400,
-            "x-error-no-model-backends",
-            "model_not_found",
-        ),
-        (
-            "/v1/completions",
-            vec![],
-            br#"{"prompt":"no model"}"#.to_vec(),
-            400,
-            "x-error-no-model-backends",
-            "model_not_found",
-        ),
-        (
-            "/v1/completions",
-            vec![("routing-strategy", "fastest")],
-            completion("study", "x", 1, false),
-            400,
-            "x-error-routing",
-            "incorrect routing strategy",
-        ),
-        (
-            "/v1/completions",
-            vec![],
-            b"{not json".to_vec(),
-            400,
-            "x-error-request-body-processing",
-            "error processing request body",
-        ),
-        (
-            "/v1/chat/completions",
-            vec![],
-            br#"{"model":"study","messages":[]}"#.to_vec(),
-            400,
-            "x-error-request-body-processing",
-            "no messages",
-        ),
-        (
-            "/v1/chat/completions",
-            vec![],
-            br#"{"model":"study"}"#.to_vec(),
-            400,
-            "x-error-request-body-processing",
-            "no messages",
-        ),
-        (
-            "/v1/completions",
-            vec![],
-            completion("study", &"x".repeat(100_000), 1, false),
-            413,
-            "x-error-request-body-processing",
-            "exceeds",
-        ),
-    ];
-    for (path, headers, body, status, marker, text) in cases {
-        let r = s.post(path, &headers, &body);
-        assert_eq!(r.status, status, "{path} {headers:?}: {}", r.text());
-        assert!(r.header(marker).is_some(), "no {marker} in {r:?}");
-        assert_eq!(r.header("content-type"), Some("application/json"));
-        let j = r.json();
-        assert!(
-            j["error"]["message"].as_str().unwrap().contains(text) || j["error"]["code"] == text,
-            "{j}"
-        );
-        assert!(
-            r.header("x-kvroute-sim-replica").is_none(),
-            "an error reached a replica: {r:?}"
-        );
-    }
-
-    // A body over the limit without content-length (chunked) is refused in the body phase.
-    let r = post_chunked(
-        &s.envoy.listen,
-        "/v1/completions",
-        &completion("study", &"x".repeat(100_000), 1, false),
-    );
-    assert_eq!(r.status, 413, "{}", r.text());
-    assert_eq!(r.header("x-error-request-body-processing"), Some("true"));
-    assert_eq!(r.json()["error"]["code"], "request_too_large");
-
-    // A model name that is no valid header value (CR LF, NUL, UTF-8, 60 KB) is escaped and
-    // cut in the marker header, so the reply keeps every header.
-    for model in ["evil\r\nx-injected: 1\u{0}é".to_owned(), "m".repeat(60_000)] {
-        let r = s.post(
-            "/v1/completions",
-            &[("x-request-id", "rid-bad-model")],
-            &completion(&model, "x", 1, false),
-        );
-        assert_eq!(r.status, 400, "{}", r.text());
-        assert_eq!(r.header("request-id"), Some("rid-bad-model"), "{r:?}");
-        assert_eq!(r.header("content-type"), Some("application/json"));
-        let marker = r.header("x-error-no-model-backends").expect("marker");
-        assert!(marker.len() <= 256, "{} bytes", marker.len());
-        assert!(r.header("x-injected").is_none());
-        if model.starts_with("evil") {
-            assert_eq!(marker, "evil%0D%0Ax-injected:%201%00%C3%A9");
-        }
-        assert_eq!(r.json()["error"]["code"], "model_not_found");
-    }
+    errors::check_request_errors(&s.envoy.listen);
 
     // 503: the model is known but has no pod left (reload removed them).
     let header = "[listen]\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[limits]\nmax_body_bytes = 65536\n";
@@ -669,6 +558,181 @@ fn response_headers_phase_off_still_routes_and_releases() {
     s.expect_in_flight(0);
 }
 
+/// Sends `head` (request line and header lines, CRLF-terminated, any bytes) and `body` with
+/// `content-length` and `connection: close`; reads the whole response.
+fn raw_post(addr: &str, head: &[u8], body: &[u8]) -> Resp {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(head).unwrap();
+    let rest = format!(
+        "content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(rest.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let (status, headers, start) =
+        parse_head(&raw).unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&raw)));
+    Resp {
+        status,
+        headers,
+        body: raw[start..].to_vec(),
+    }
+}
+
+/// The shipped config skips the request-headers exchange: a POST costs Envoy two ext_proc
+/// messages (the body, with the request facts as request attributes, and the response
+/// headers; the response trailers phase keeps the side stream open at no message), a GET two
+/// (its headers, asked for on its route, and the response headers). The pod still gets the
+/// destination headers (from the metadata), a forged one overwritten; the request id and
+/// strategy still work, also when a client sends bytes that are not UTF-8. The same kvroute
+/// serves an Envoy that does send the request headers (three messages per POST).
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn request_facts_come_with_the_body_and_a_request_costs_two_messages() {
+    let dir = TempDir::new("attributes");
+    let (addr, seen) = capture_pod();
+    let config = dir.path("kvroute.toml");
+    write_capture_config(&config, &addr);
+    let ext = ExtProc::start(&dir, &config, None);
+    let shipped = render_envoy_config(&config, &ext.grpc, true);
+    let envoy = Envoy::start_yaml(&dir, &shipped);
+    let messages = |envoy: &Envoy| {
+        let stat = |n: &str| envoy_stat(envoy, &format!("http.kvroute_gateway.ext_proc.{n}"));
+        (
+            stat("streams_started"),
+            stat("stream_msgs_sent"),
+            stat("stream_msgs_received"),
+        )
+    };
+
+    let body = chat("study", &prompt("attrs", 1, 4_000), 2, false);
+    let r = http(
+        &envoy.listen,
+        "POST",
+        "/v1/chat/completions?api-version=1",
+        &[
+            ("x-request-id", "rid-attrs"),
+            ("routing-strategy", "random"),
+            ("x-gateway-destination-endpoint", "127.0.0.1:1"),
+            ("target-pod", "127.0.0.1:1"),
+        ],
+        &body,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("target-pod"), Some("capture"), "{r:?}");
+    assert_eq!(r.header("request-id"), Some("rid-attrs"));
+    assert_eq!(r.header("routing-strategy"), Some("random"));
+    assert!(r
+        .header("x-kvroute-decision")
+        .unwrap()
+        .contains("strategy=random"));
+    let got = seen.lock().unwrap().pop().expect("the pod got the request");
+    assert!(got.body == body, "the body changed on the way");
+    for header in ["x-gateway-destination-endpoint", "target-pod"] {
+        let want = format!("{header}: {addr}");
+        assert_eq!(
+            got.head.iter().filter(|h| **h == want).count(),
+            1,
+            "{want} in {:?}",
+            got.head
+        );
+    }
+    assert!(got.head.iter().any(|h| h == "routing-strategy: random"));
+    assert!(got
+        .head
+        .iter()
+        .any(|h| *h == format!("content-length: {}", body.len())));
+    // Envoy closes the side stream a moment after the response.
+    wait_for(Duration::from_secs(5), || {
+        (ext.in_flight() == 0).then_some(())
+    })
+    .expect("in-flight back to 0");
+    assert_eq!(messages(&envoy), (1, 2, 2), "one POST");
+
+    // A GET (no body): routed on its headers.
+    let r = http(&envoy.listen, "GET", "/v1/models", &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("target-pod"), Some("capture"), "{r:?}");
+    assert_eq!(messages(&envoy), (2, 4, 4), "and one GET");
+
+    // Headers that are not UTF-8: an unreadable strategy is a bad strategy (400, not an
+    // unrouted request), an unreadable request id is no request id; a UTF-8 one is escaped.
+    let ok = completion("study", "hi", 2, false);
+    let r = raw_post(
+        &envoy.listen,
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nrouting-strategy: ab\xffc\r\nx-request-id: r\xe9q\r\n",
+        &ok,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.header("x-error-routing"), Some("true"), "{r:?}");
+    assert_eq!(r.header("request-id"), None, "{r:?}");
+    let r = raw_post(
+        &envoy.listen,
+        b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nx-request-id: r\xe9q\r\n",
+        &ok,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("target-pod"), Some("capture"), "not routed: {r:?}");
+    assert_eq!(r.header("request-id"), None, "{r:?}");
+    let r = raw_post(
+        &envoy.listen,
+        "POST /v1/completions HTTP/1.1\r\nhost: x\r\nx-request-id: réq\r\n".as_bytes(),
+        &ok,
+    );
+    assert_eq!(r.header("target-pod"), Some("capture"), "not routed: {r:?}");
+    assert_eq!(r.header("request-id"), Some("r%C3%A9q"), "{r:?}");
+    wait_for(Duration::from_secs(5), || {
+        (ext.in_flight() == 0).then_some(())
+    })
+    .expect("in-flight back to 0");
+    let m = ext.metrics();
+    assert_eq!(
+        metric_sum(&m, "kvroute_ext_proc_stream_ends_total{how=\"error\"}"),
+        0,
+        "a message kvroute could not read: {m}"
+    );
+    assert_eq!(metric_sum(&m, "kvroute_tickets_completed_total"), 4, "{m}");
+
+    // An Envoy that sends the request headers (the shipped config with the phase on, as
+    // before): kvroute reads them, and the reply's header mutation sets the destination.
+    let text = String::from_utf8(shipped).unwrap();
+    assert_eq!(text.matches("request_header_mode: SKIP").count(), 1);
+    let with_headers = text.replace("request_header_mode: SKIP", "request_header_mode: SEND");
+    let dir2 = TempDir::new("attributes-headers");
+    let envoy2 = Envoy::start_yaml(&dir2, with_headers.as_bytes());
+    let r = http(
+        &envoy2.listen,
+        "POST",
+        "/v1/completions",
+        &[
+            ("x-request-id", "rid-headers"),
+            ("routing-strategy", "fastest"),
+        ],
+        &ok,
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.header("request-id"), Some("rid-headers"));
+    let r = http(
+        &envoy2.listen,
+        "POST",
+        "/v1/completions",
+        &[("x-request-id", "rid-headers")],
+        &ok,
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("target-pod"), Some("capture"), "{r:?}");
+    assert_eq!(r.header("request-id"), Some("rid-headers"));
+    wait_for(Duration::from_secs(5), || {
+        (ext.in_flight() == 0).then_some(())
+    })
+    .expect("in-flight back to 0");
+    // The refused one: its headers; the routed one: headers, body, response headers.
+    assert_eq!(messages(&envoy2), (2, 4, 4));
+}
+
 #[test]
 #[ignore = "needs Envoy; run by `make test-e2e`"]
 fn sigterm_drains_in_flight_streams() {
@@ -759,17 +823,6 @@ fn engine_metrics_are_scraped_and_a_dead_pod_only_counts_errors() {
     s.expect_in_flight(0);
 }
 
-/// Within-SLO count of `strategy`'s phase in `kvroute-sim replay`'s summary table
-/// (`| hot50 / 1 | STRATEGY | TTFT P95 | TPOT P95 | token hit | SLO | split |`).
-fn within_slo(summary: &str, strategy: &str) -> Option<u32> {
-    summary.lines().find_map(|l| {
-        let cells: Vec<&str> = l.split('|').map(str::trim).collect();
-        (cells.len() >= 8 && cells[1].starts_with("hot50") && cells[2] == strategy)
-            .then(|| cells[6].parse().ok())
-            .flatten()
-    })
-}
-
 /// Issue 6's evidence through Envoy: two `kvroute-sim serve` replicas at speed-up 5 (latencies
 /// are faithful there, sim/README.md) told the engines' facts only (`[ttft]` 1,568-token
 /// blocks, 8 sequences; the rates stay at the core's default priors, 5.6× too slow a prefill
@@ -784,91 +837,8 @@ fn within_slo(summary: &str, strategy: &str) -> Option<u32> {
 #[test]
 #[ignore = "needs Envoy; run by `make test-e2e`"]
 fn hot50_through_envoy_least_ttft_meets_slo_more_than_prefix_cache() {
-    // The engine facts only. In real time (kvroute measures wall-clock ms and the fake engine
-    // runs 5× faster than its model, `serve --help` defaults: 300 µs per prefill token, a
-    // step of 33 ms + 3 ms per sequence) the truth is about 16,667 prefill tokens/s and
-    // 11.4 ms per output token at 8 sequences; the default priors are 3,000 and 50. The timed
-    // responses' first tokens and usage teach them (stream_timing.rs); before this, only the
-    // scraped `vllm:request_prefill_time_seconds` windows did, and least-ttft got 58–96 within
-    // SLO here (median 85 in 12 runs, then 59–96 in 8), its learned prefill rate 5,800–50,000.
-    // The tie band is a decision threshold in wall-clock ms, not a prior: 60 ms here is the
-    // default 300 ms of engine time. (Left at 300, it is 1.5 s of engine time, and the hot
-    // family stays on its home until the home's predicted wait is that much worse than a
-    // cold spill: least-ttft got 55–96 within SLO, median 58, in 10 runs; with 60, 58–96,
-    // median 85, in 12; both before responses were timed.)
-    let extra = "[ttft]\nengine_block_tokens = 1568\nmax_seqs = 8\ntie_ms = 60\n\
-                 [engine_metrics]\nscrape_interval_ms = 200\n";
-    let s = Stack::start("hot50", extra, true);
-    let direct: Vec<String> = s
-        .sims
-        .iter()
-        .map(|x| format!("http://{}", x.addr))
-        .collect();
-    let out = std::process::Command::new(sim_bin())
-        .args(["replay", "--url", &format!("http://{}", s.envoy.listen)])
-        .args(["--scenario", "hot50", "--requests", "96", "--speedup", "5"])
-        .args(["--strategy", "prefix-cache", "--strategy", "least-ttft"])
-        .arg("--direct")
-        .args(&direct)
-        .arg("--quiet")
-        .output()
-        .expect("run kvroute-sim replay");
-    let summary = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!("{summary}");
-    assert!(
-        out.status.success(),
-        "replay failed: {summary}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let pc = within_slo(&summary, "prefix-cache").expect("no prefix-cache row");
-    let lt = within_slo(&summary, "least-ttft").expect("no least-ttft row");
-    println!("within SLO through Envoy: prefix-cache {pc}/96, least-ttft {lt}/96");
-    assert!(
-        summary.contains("least_ttft="),
-        "least-ttft decisions missing"
-    );
-    assert!(lt > pc, "least-ttft {lt} ≤ prefix-cache {pc}:\n{summary}");
-    // Responses were timed, the engines scraped, the rates learned, and no slot leaked.
-    // Learned TPOT and prefill rate: within a factor 2 of the truth (11.4 ms and 16,667
-    // tokens/s; the priors are 50 and 3,000).
-    let m = s.ext.metrics();
-    let bytes_per_token = m.lines().find_map(|l| {
-        l.strip_prefix("kvroute_ttft_prompt_bytes_per_token ")?
-            .parse::<f64>()
-            .ok()
-    });
-    println!("learned prompt bytes per token: {bytes_per_token:?}");
-    for pod in ["replica-a", "replica-b"] {
-        let prefill = gauge_value(&m, "kvroute_ttft_prefill_tokens_per_second", pod);
-        let tpot = gauge_value(&m, "kvroute_ttft_time_per_output_token_seconds", pod);
-        let overhead = gauge_value(&m, "kvroute_ttft_overhead_seconds", pod);
-        println!(
-            "learned for {pod}: prefill {prefill:.0} tokens/s, TPOT {:.1} ms, overhead {:.1} ms",
-            tpot * 1e3,
-            overhead * 1e3
-        );
-        assert!(
-            (8_333.0..=33_333.0).contains(&prefill),
-            "{pod} prefill {prefill}\n{m}"
-        );
-        assert!((0.0057..=0.0228).contains(&tpot), "{pod} TPOT {tpot}\n{m}");
-    }
-    assert!(
-        m.contains("kvroute_engine_requests_running{pod=\"replica-a\"}"),
-        "{m}"
-    );
-    let timed = metric_sum(&m, "kvroute_timed_responses_total");
-    println!("responses timed: {timed} of 192 (+ 16 priming)");
-    assert!(timed > 0, "{m}");
-    assert_eq!(
-        metric_sum(&m, "kvroute_timed_responses_without_body_total"),
-        0,
-        "the shipped Envoy configuration passes timed bodies through kvroute\n{m}"
-    );
-    assert_eq!(
-        metric_sum(&m, "kvroute_engine_scrape_errors_total"),
-        0,
-        "{m}"
-    );
+    // The engine facts only (hot50::CONFIG says why these).
+    let s = Stack::start("hot50", hot50::CONFIG, true);
+    hot50::replay_and_check(&s.envoy.listen, &s.sims, &s.ext.admin);
     s.expect_in_flight(0);
 }

@@ -19,20 +19,6 @@ use std::time::Duration;
 use kvroute_ext_proc::respond::Reject;
 use support::*;
 
-/// An Envoy counter or gauge from its admin `/stats` (0 when absent).
-fn envoy_stat(envoy: &Envoy, name: &str) -> u64 {
-    let text = http(&envoy.admin, "GET", "/stats", &[], b"").text();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(name)?
-                .strip_prefix(": ")?
-                .trim()
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
-}
-
 /// Requests Envoy sent to ext_proc, and to a pod (routed or round-robin).
 fn envoy_traffic(envoy: &Envoy) -> (u64, u64) {
     let ext_proc = envoy_stat(envoy, "http.kvroute_gateway.ext_proc.streams_started");

@@ -11,26 +11,38 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use support::*;
 
 /// The shipped config for `kv_config`, its ext_proc filter switched to Istio's picker
-/// settings (each setting replaced exactly once).
+/// settings (each setting replaced exactly once; Istio sends the request headers, which
+/// full duplex needs), and without the buffer filter the shipped config enables on the
+/// routed paths to hold the request while it skips the request headers (Istio has none).
 fn full_duplex_yaml(kv_config: &Path, ext_grpc: &str) -> Vec<u8> {
-    let text = String::from_utf8(render_envoy_config(kv_config, ext_grpc, true)).unwrap();
+    let mut text = String::from_utf8(render_envoy_config(kv_config, ext_grpc, true)).unwrap();
+    // Route kvroute_fallback's typed_per_filter_config (the buffer filter, nothing else).
+    let start = text
+        .find("                typed_per_filter_config:\n                  # With the request-headers phase skipped")
+        .expect("the shipped config changed shape: kvroute_fallback's buffer filter");
+    let limit = start + text[start..].find("max_request_bytes").unwrap();
+    let end = limit + text[limit..].find('\n').unwrap() + 1;
+    assert!(
+        !text[start..end].contains("- name:"),
+        "{}",
+        &text[start..end]
+    );
+    text.replace_range(start..end, "");
     let settings = [
+        ("request_header_mode:", "SEND"),
         ("request_body_mode:", "FULL_DUPLEX_STREAMED"),
         ("response_body_mode:", "FULL_DUPLEX_STREAMED"),
         ("request_trailer_mode:", "SEND"),
         ("response_trailer_mode:", "SEND"),
         ("failure_mode_allow:", "false"),
     ];
-    let mut replaced = [0; 5];
+    let mut replaced = [0; 6];
     let mut out = String::with_capacity(text.len());
     for line in text.lines() {
         let trimmed = line.trim_start();
@@ -44,7 +56,7 @@ fn full_duplex_yaml(kv_config: &Path, ext_grpc: &str) -> Vec<u8> {
         }
         out.push('\n');
     }
-    assert_eq!(replaced, [1; 5], "the shipped config changed shape");
+    assert_eq!(replaced, [1; 6], "the shipped config changed shape");
     out.into_bytes()
 }
 
@@ -275,91 +287,13 @@ fn full_duplex_streams_responses_intact_and_releases_after_aborts() {
     assert_eq!(metric_sum(&m, "kvroute_tickets_completed_total"), 5, "{m}");
 }
 
-/// What a capture pod saw of one POST: its header lines and its body (de-chunked).
-#[derive(Clone, Debug, Default)]
-struct Seen {
-    head: Vec<String>,
-    body: Vec<u8>,
-}
-
-/// A pod that records each POST it gets and answers `{}`; anything else (none expected) gets
-/// an empty 200.
-fn capture_pod() -> (String, Arc<Mutex<Vec<Seen>>>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let log = seen.clone();
-    std::thread::spawn(move || {
-        for conn in l.incoming() {
-            let Ok(c) = conn else { continue };
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let mut w = c.try_clone().unwrap();
-                let mut r = BufReader::new(c);
-                loop {
-                    let mut head = Vec::new();
-                    let mut line = String::new();
-                    while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
-                        head.push(line.trim_end().to_ascii_lowercase());
-                        line.clear();
-                    }
-                    if head.is_empty() {
-                        return;
-                    }
-                    let header = |n: &str| {
-                        head.iter()
-                            .find_map(|h| h.strip_prefix(n).map(|v| v.trim().to_owned()))
-                    };
-                    let mut body = Vec::new();
-                    if let Some(n) = header("content-length:") {
-                        body.resize(n.parse().unwrap(), 0);
-                        r.read_exact(&mut body).unwrap();
-                    } else if header("transfer-encoding:").is_some() {
-                        loop {
-                            let mut size = String::new();
-                            r.read_line(&mut size).unwrap();
-                            let n = usize::from_str_radix(size.trim(), 16).unwrap();
-                            let mut chunk = vec![0; n + 2];
-                            r.read_exact(&mut chunk).unwrap();
-                            if n == 0 {
-                                break;
-                            }
-                            body.extend_from_slice(&chunk[..n]);
-                        }
-                    }
-                    let post = head[0].starts_with("post");
-                    if post {
-                        log.lock().unwrap().push(Seen { head, body });
-                    }
-                    let answer: &[u8] = if post { b"{}" } else { b"" };
-                    let _ = write!(
-                        w,
-                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-                        answer.len()
-                    );
-                    let _ = w.write_all(answer);
-                }
-            });
-        }
-    });
-    (addr, seen)
-}
-
 #[test]
 #[ignore = "needs Envoy; run by `make test-e2e`"]
 fn full_duplex_bodies_reach_the_pod_byte_for_byte() {
     let dir = TempDir::new("duplex-capture");
     let (addr, seen) = capture_pod();
     let config = dir.path("kvroute.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[listen]\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routing]\nseed = 1\n\
-             [engine_metrics]\nscrape_interval_ms = 0\n[health]\ncheck_interval_ms = 0\n\
-             [models.study]\npods = [{{ name = \"capture\", address = \"{addr}\" }}]\n"
-        ),
-    )
-    .unwrap();
+    write_capture_config(&config, &addr);
     let ext = ExtProc::start(&dir, &config, None);
     let envoy = Envoy::start_yaml(&dir, &full_duplex_yaml(&config, &ext.grpc));
     let bodies = [

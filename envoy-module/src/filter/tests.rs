@@ -54,9 +54,6 @@ impl StreamHost for FakeHost {
     fn request_header(&self, name: &str) -> Option<Vec<u8>> {
         self.request_headers.get(name).cloned()
     }
-    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
-        self.request_headers.clone().into_iter().collect()
-    }
     fn set_request_header(&mut self, name: &str, value: &[u8]) -> bool {
         self.request_headers.insert(name.into(), value.to_vec());
         true
@@ -225,20 +222,45 @@ fn rejections_are_local_replies_with_aibrix_bodies() {
 }
 
 #[test]
-fn a_body_past_the_limit_is_a_413_before_it_is_whole() {
+fn a_body_past_the_limit_is_dropped_and_answered_413_at_its_end() {
     let sh = shared();
     let mut f = Filter::new(sh.clone());
     let mut host = FakeHost::post("/v1/completions", &"x".repeat(1001));
     assert_eq!(f.on_request_headers(&mut host, false), HeadersStatus::Stop);
+    // Past the limit: no longer buffered, no reply while the client is still sending.
     assert_eq!(f.on_request_body(&mut host, false), BodyStatus::Stop);
+    assert!(host.reply.is_none());
+    assert_eq!(f.on_request_body(&mut host, false), BodyStatus::Stop);
+    assert_eq!(f.on_request_body(&mut host, true), BodyStatus::Stop);
     assert_eq!(host.reply.as_ref().unwrap().0, 413);
-    // An announced length over the limit is refused at the headers.
-    let mut f = Filter::new(sh);
-    let mut host = FakeHost::post("/v1/completions", "");
+    // An announced length over the limit is decided at the headers, answered at the end
+    // (of the body, or of the trailers).
+    for trailers in [false, true] {
+        let mut f = Filter::new(sh.clone());
+        let mut host = FakeHost::post("/v1/completions", "");
+        host.request_headers
+            .insert("content-length".into(), b"5000".to_vec());
+        assert_eq!(f.on_request_headers(&mut host, false), HeadersStatus::Stop);
+        assert!(host.reply.is_none());
+        assert_eq!(f.on_request_body(&mut host, false), BodyStatus::Stop);
+        if trailers {
+            assert_eq!(f.on_request_trailers(&mut host), HeadersStatus::Stop);
+        } else {
+            assert_eq!(f.on_request_body(&mut host, true), BodyStatus::Stop);
+        }
+        let (status, _, _, details) = host.reply.clone().unwrap();
+        assert_eq!((status, details.as_str()), (413, "kvroute_too_large"));
+    }
+    // Without a body, a bad request is answered at once.
+    let mut f = Filter::new(sh.clone());
+    let mut host = FakeHost::default();
     host.request_headers
-        .insert("content-length".into(), b"5000".to_vec());
-    assert_eq!(f.on_request_headers(&mut host, false), HeadersStatus::Stop);
-    assert_eq!(host.reply.as_ref().unwrap().0, 413);
+        .insert(":path".into(), b"/v1/models".to_vec());
+    host.request_headers
+        .insert("routing-strategy".into(), b"fastest".to_vec());
+    assert_eq!(f.on_request_headers(&mut host, true), HeadersStatus::Stop);
+    assert_eq!(host.reply.as_ref().unwrap().0, 400);
+    assert_eq!(in_flight(&sh), 0);
 }
 
 #[test]

@@ -3,16 +3,21 @@
 //! ending it with OK: that would let Envoy continue un-routed, gotcha 8), except with
 //! `FULL_DUPLEX_STREAMED` bodies (below).
 //!
-//! Flow with the shipped config (request headers SEND, request body BUFFERED, response
-//! headers SEND or SKIP, response trailers SEND):
-//! 1. `request_headers`: read `:path`, `x-request-id`, `routing-strategy`, `content-length`.
-//!    Reject a bad strategy (400) or an announced body over the limit (413). Without a body
-//!    (`end_of_stream`), route now; otherwise CONTINUE.
-//! 2. `request_body` (BUFFERED: the whole body in one message): extract model and prompt,
-//!    hash outside the lock, route, reply with the destination (headers + `envoy.lb`
-//!    metadata). The message's `end_of_stream` is false when request trailers follow (an
-//!    HTTP/2 or gRPC client); with `request_trailer_mode: SKIP` nothing more comes, so the
-//!    body is routed whatever `end_of_stream` says.
+//! Flow with the shipped config (request headers SKIP, request body BUFFERED, response
+//! headers SEND or SKIP, response trailers SEND; `request_headers` SEND on `GET /v1/models`):
+//! 1. `request_headers` (when Envoy sends them: bodyless requests, and configurations that
+//!    keep the phase, as Envoy Gateway's and GIE gateways'): read `:path`, `x-request-id`,
+//!    `routing-strategy`, `content-length`. Reject a bad strategy (400) or an announced body
+//!    over the limit (413). Without a body (`end_of_stream`), route now; otherwise CONTINUE.
+//! 2. `request_body` (BUFFERED: the whole body in one message): when no request headers
+//!    came, the same facts come as request attributes with this message
+//!    ([`envoy_context::REQUEST_ATTRIBUTES`]) and the strategy is checked here. Extract model
+//!    and prompt, hash outside the lock, route, reply with the destination (headers +
+//!    `envoy.lb` metadata; Envoy applies the header mutation only when it still holds the
+//!    headers, i.e. when it sent them, but needs one to clear its route cache). The message's
+//!    `end_of_stream` is false when request trailers follow (an HTTP/2 or gRPC client); with
+//!    `request_trailer_mode: SKIP` nothing more comes, so the body is routed whatever
+//!    `end_of_stream` says.
 //! 3. `response_headers`: add `target-pod`, `target-pod-ip`, `routing-strategy`,
 //!    `request-id`, `x-kvroute-decision`; note the status for the ticket outcome. A 2xx
 //!    event stream is timed when the [`crate::stream_timing`] budget allows: the reply asks
@@ -33,6 +38,7 @@
 //!
 //! The [`TicketGuard`] lives in this state and is dropped when the stream ends.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3::processing_mode::BodySendMode;
@@ -86,9 +92,15 @@ pub struct StreamState {
     outbox: Outbox,
     routed: Option<Routed>,
     rejected: bool,
+    /// The request's facts were checked ([`RequestInfo::check`]): on the request headers, or,
+    /// when Envoy skips them, on the request attributes at the body.
+    checked: bool,
     /// The gateway's endpoint subset hint, if it passed one ([`crate::envoy_context`]).
     subset: Option<Vec<String>>,
 }
+
+/// Set once a request body came with neither request headers nor request attributes.
+static NO_REQUEST_FACTS_WARNED: AtomicBool = AtomicBool::new(false);
 
 impl StreamState {
     /// A fresh stream.
@@ -104,6 +116,7 @@ impl StreamState {
             outbox: Outbox::default(),
             routed: None,
             rejected: false,
+            checked: false,
             subset: None,
         }
     }
@@ -132,6 +145,11 @@ impl StreamState {
         }
         if self.routed.is_none() && self.subset.is_none() {
             self.subset = envoy_context::subset_hint(msg.metadata_context.as_ref());
+        }
+        if !self.checked && !msg.attributes.is_empty() {
+            // The request attributes come with Envoy's first message of the request (the body
+            // when it skips the headers); request headers, if they come, replace them.
+            envoy_context::read_request_attributes(&msg.attributes, &mut self.info);
         }
         if let Some(p) = &msg.protocol_config {
             let chunked = [BodySendMode::Streamed, BodySendMode::FullDuplexStreamed];
@@ -240,6 +258,7 @@ impl StreamState {
 
     fn on_request_headers(&mut self, h: &HttpHeaders) -> Result<ProcessingResponse, Reject> {
         self.info = request_info(h);
+        self.checked = true;
         self.strategy = self.info.check(self.shared.settings().max_body_bytes)?;
         if h.end_of_stream {
             let routed = routing::route_without_body(&self.shared, self.inputs())?;
@@ -256,6 +275,19 @@ impl StreamState {
         end_of_stream: bool,
     ) -> Result<ProcessingResponse, Reject> {
         let limit = self.shared.settings().max_body_bytes;
+        if !self.checked {
+            // No request headers (request_header_mode: SKIP): the strategy is checked on the
+            // request attributes that came with this first message.
+            self.checked = true;
+            if self.info.path.is_empty() && !NO_REQUEST_FACTS_WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    "a request body came without request headers or request attributes: \
+                     routing on the body's model only; with request_header_mode SKIP, Envoy's \
+                     ext_proc filter needs the request_attributes of envoy/envoy.template.yaml"
+                );
+            }
+            self.strategy = self.info.check(limit)?;
+        }
         if self.body.len().saturating_add(chunk.len()) > limit {
             return Err(Reject::TooLarge { limit });
         }

@@ -540,6 +540,191 @@ fn upstream_5xx_marks_the_ticket_failed() {
     );
 }
 
+/// The request attributes of the shipped configuration, as Envoy sends them with its first
+/// message of a request: `(expression index in REQUEST_ATTRIBUTES, value)`; the others absent.
+fn request_attributes(
+    values: &[(usize, &str)],
+) -> std::collections::HashMap<String, envoy_types::pb::google::protobuf::Struct> {
+    use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
+    let fields = values
+        .iter()
+        .map(|(i, v)| {
+            let value = Value {
+                kind: Some(Kind::StringValue((*v).to_owned())),
+            };
+            (envoy_context::REQUEST_ATTRIBUTES[*i].0.to_owned(), value)
+        })
+        .collect();
+    [("envoy.filters.http.ext_proc".to_owned(), Struct { fields })].into()
+}
+
+/// A BUFFERED request body as Envoy sends it when it skips the request headers: the first
+/// message of the request, with the request attributes.
+fn body_first(b: &str, attributes: &[(usize, &str)]) -> ProcessingRequest {
+    let mut m = body(b);
+    if !attributes.is_empty() {
+        m.attributes = request_attributes(attributes);
+    }
+    m.protocol_config = Some(
+        envoy_types::pb::envoy::service::ext_proc::v3::ProtocolConfiguration {
+            request_body_mode: BodySendMode::Buffered as i32,
+            ..Default::default()
+        },
+    );
+    m
+}
+
+/// The value of header `name` in a response-headers reply.
+fn header_value(r: &ProcessingResponse, name: &str) -> Option<String> {
+    let Some(Response::ResponseHeaders(h)) = &r.response else {
+        panic!("no response-headers reply: {r:?}")
+    };
+    let set = &h.response.as_ref()?.header_mutation.as_ref()?.set_headers;
+    set.iter().find_map(|o| {
+        let h = o.header.as_ref()?;
+        (h.key == name).then(|| String::from_utf8_lossy(&h.raw_value).into_owned())
+    })
+}
+
+#[test]
+fn without_request_headers_the_attributes_with_the_body_stand_for_them() {
+    // request_header_mode SKIP: the body is the first message and carries the path, the
+    // request id and the strategy as request attributes.
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    let first = body_first(
+        r#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#,
+        &[
+            (0, "/v1/chat/completions"),
+            (1, "rid-7"),
+            (2, "least-request"),
+        ],
+    );
+    let r = st.on_message(first).unwrap();
+    assert!(is_routing_reply(&r), "{r:?}");
+    assert_eq!(in_flight(&sh), 1);
+    let reply = st.on_message(response_headers("200")).unwrap();
+    assert_eq!(header_value(&reply, "request-id").as_deref(), Some("rid-7"));
+    assert_eq!(
+        header_value(&reply, "routing-strategy").as_deref(),
+        Some("least-request")
+    );
+    assert!(header_value(&reply, "x-kvroute-decision")
+        .unwrap()
+        .contains("reason=least_request"));
+    drop(st);
+    assert_eq!(in_flight(&sh), 0);
+
+    // The path decides how the body is read: a chat body without messages is refused.
+    let mut st = StreamState::new(sh.clone());
+    let r = st.on_message(body_first(
+        r#"{"model":"m"}"#,
+        &[(0, "/v1/chat/completions"), (1, "rid-8")],
+    ));
+    let (code, j) = immediate(&r.unwrap());
+    assert_eq!(
+        (code, j["error"]["param"].as_str()),
+        (400, Some("messages"))
+    );
+
+    // Absent attributes (no strategy header; an id that was not UTF-8): the defaults.
+    let mut st = StreamState::new(sh.clone());
+    let r = st.on_message(body_first(
+        r#"{"model":"m","prompt":"hello"}"#,
+        &[(0, "/v1/completions")],
+    ));
+    assert!(is_routing_reply(&r.unwrap()));
+    let reply = st.on_message(response_headers("200")).unwrap();
+    assert_eq!(header_value(&reply, "request-id"), None);
+    assert_eq!(
+        header_value(&reply, "routing-strategy").as_deref(),
+        Some("prefix-cache")
+    );
+}
+
+#[test]
+fn a_bad_strategy_attribute_is_refused_before_the_body_is_read() {
+    let sh = shared();
+    // A strategy that does not parse, and the stand-in Envoy sends for one that is not UTF-8.
+    for strategy in ["fastest", "\u{FFFD}"] {
+        let mut st = StreamState::new(sh.clone());
+        let r = st.on_message(body_first(
+            "{not even json",
+            &[(0, "/v1/completions"), (1, "rid-9"), (2, strategy)],
+        ));
+        let r = r.unwrap();
+        let (code, j) = immediate(&r);
+        assert_eq!(code, 400, "{strategy}");
+        assert_eq!(
+            j["error"]["message"],
+            format!("incorrect routing strategy {strategy}")
+        );
+        let Some(Response::ImmediateResponse(i)) = r.response else {
+            unreachable!()
+        };
+        let request_id = i.headers.unwrap().set_headers[0].header.clone().unwrap();
+        assert_eq!(
+            (request_id.key.as_str(), &request_id.raw_value[..]),
+            ("request-id", &b"rid-9"[..])
+        );
+        assert!(st.on_message(response_headers("200")).is_none());
+    }
+    // A blank strategy is no strategy, as a blank header.
+    let mut st = StreamState::new(sh.clone());
+    let r = st.on_message(body_first(
+        r#"{"model":"m","prompt":"x"}"#,
+        &[(0, "/v1/completions"), (2, "")],
+    ));
+    assert!(is_routing_reply(&r.unwrap()));
+    assert_eq!(sh.router.lock().stats().tickets.issued, 1);
+}
+
+#[test]
+fn request_headers_win_over_request_attributes() {
+    // A configuration that sends both (request headers SEND and request_attributes, as the
+    // shipped GET route does): the headers are read, the attributes ignored.
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    let mut h = headers(
+        &[
+            (":path", "/v1/completions"),
+            ("x-request-id", "from-header"),
+        ],
+        false,
+    );
+    h.attributes = request_attributes(&[
+        (0, "/v1/chat/completions"),
+        (1, "from-attributes"),
+        (2, "fastest"),
+    ]);
+    let r = st.on_message(h).unwrap();
+    assert!(
+        matches!(r.response, Some(Response::RequestHeaders(_))),
+        "{r:?}"
+    );
+    // Read as /v1/completions (a chat body would need messages), no strategy.
+    let r = st
+        .on_message(body(r#"{"model":"m","prompt":"hello"}"#))
+        .unwrap();
+    assert!(is_routing_reply(&r), "{r:?}");
+    let reply = st.on_message(response_headers("200")).unwrap();
+    assert_eq!(
+        header_value(&reply, "request-id").as_deref(),
+        Some("from-header")
+    );
+}
+
+#[test]
+fn a_body_without_headers_or_attributes_routes_on_its_model() {
+    // request_header_mode SKIP without the request_attributes: no path, so only `model` is
+    // read (a warning says what is missing).
+    let sh = shared();
+    let mut st = StreamState::new(sh.clone());
+    let r = st.on_message(body_first(r#"{"model":"m","prompt":"hello"}"#, &[]));
+    assert!(is_routing_reply(&r.unwrap()));
+    assert_eq!(in_flight(&sh), 1);
+}
+
 /// Request headers of a POST to `path` as Envoy sends them first when request and
 /// response bodies are `FULL_DUPLEX_STREAMED`.
 fn duplex_headers(path: &str) -> ProcessingRequest {

@@ -5,14 +5,16 @@
 
 #![allow(dead_code)]
 
+pub mod errors;
+pub mod hot50;
 pub mod k8s;
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
@@ -31,9 +33,22 @@ pub fn envoy_bin() -> PathBuf {
     venv
 }
 
-/// The `kvroute-ext-proc` binary cargo built for these tests.
+/// The `kvroute-ext-proc` binary cargo built for these tests; from another crate's tests
+/// (which include this harness by path), where it would be in the target directory.
 pub fn ext_proc_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_kvroute-ext-proc"))
+    match option_env!("CARGO_BIN_EXE_kvroute-ext-proc") {
+        Some(p) => PathBuf::from(p),
+        None => target_dir().join("kvroute-ext-proc"),
+    }
+}
+
+/// The profile's target directory (`target/debug`): the test binary is in its `deps/`.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
 }
 
 /// The `kvroute-sim` binary: `KVROUTE_SIM_BIN`, else next to `kvroute-ext-proc` (built with
@@ -289,6 +304,11 @@ impl Envoy {
     /// Starts Envoy on `yaml` (one listener, admin on a free port), waits for readiness and
     /// reads the listener port.
     pub fn start_yaml(dir: &TempDir, yaml_text: &[u8]) -> Envoy {
+        Envoy::start_yaml_env(dir, yaml_text, &[])
+    }
+
+    /// [`Envoy::start_yaml`] with `env` added to Envoy's environment.
+    pub fn start_yaml_env(dir: &TempDir, yaml_text: &[u8], env: &[(&str, &Path)]) -> Envoy {
         let yaml = dir.path("envoy.yaml");
         std::fs::write(&yaml, yaml_text).unwrap();
         let admin_file = dir.path("envoy-admin.txt");
@@ -297,6 +317,7 @@ impl Envoy {
             + COUNTER.fetch_add(1, Ordering::Relaxed) % 10;
         let log = std::fs::File::create(dir.path("envoy.log")).unwrap();
         let child = Command::new(envoy_bin())
+            .envs(env.iter().copied())
             .arg("-c")
             .arg(&yaml)
             .arg("--admin-address-path")
@@ -665,6 +686,17 @@ pub fn write_config(path: &Path, pods: &[&Sim], extra: &str) {
     std::fs::write(path, text).unwrap();
 }
 
+/// Writes a kvroute TOML config whose model `study` has the one pod `capture` at `addr` (a
+/// [`capture_pod`]), with engine scraping and health checks off.
+pub fn write_capture_config(path: &Path, addr: &str) {
+    let text = format!(
+        "[listen]\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routing]\nseed = 1\n\
+         [engine_metrics]\nscrape_interval_ms = 0\n[health]\ncheck_interval_ms = 0\n\
+         [models.study]\npods = [{{ name = \"capture\", address = \"{addr}\" }}]\n"
+    );
+    std::fs::write(path, text).unwrap();
+}
+
 /// Two replicas, kvroute-ext-proc and Envoy.
 pub struct Stack {
     pub envoy: Envoy,
@@ -740,4 +772,88 @@ pub fn get_models_headers(
         })),
         ..Default::default()
     }
+}
+
+/// An Envoy counter or gauge from its admin `/stats` (0 when absent).
+pub fn envoy_stat(envoy: &Envoy, name: &str) -> u64 {
+    let text = http(&envoy.admin, "GET", "/stats", &[], b"").text();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(name)?
+                .strip_prefix(": ")?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
+/// What a capture pod saw of one POST: its header lines and its body (de-chunked).
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    pub head: Vec<String>,
+    pub body: Vec<u8>,
+}
+
+/// A pod that records each POST it gets and answers `{}`; anything else (none expected) gets
+/// an empty 200.
+pub fn capture_pod() -> (String, Arc<Mutex<Vec<Seen>>>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(c) = conn else { continue };
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut w = c.try_clone().unwrap();
+                let mut r = BufReader::new(c);
+                loop {
+                    let mut head = Vec::new();
+                    let mut line = String::new();
+                    while r.read_line(&mut line).unwrap_or(0) > 0 && line != "\r\n" {
+                        head.push(line.trim_end().to_ascii_lowercase());
+                        line.clear();
+                    }
+                    if head.is_empty() {
+                        return;
+                    }
+                    let header = |n: &str| {
+                        head.iter()
+                            .find_map(|h| h.strip_prefix(n).map(|v| v.trim().to_owned()))
+                    };
+                    let mut body = Vec::new();
+                    if let Some(n) = header("content-length:") {
+                        body.resize(n.parse().unwrap(), 0);
+                        r.read_exact(&mut body).unwrap();
+                    } else if header("transfer-encoding:").is_some() {
+                        loop {
+                            let mut size = String::new();
+                            r.read_line(&mut size).unwrap();
+                            let n = usize::from_str_radix(size.trim(), 16).unwrap();
+                            let mut chunk = vec![0; n + 2];
+                            r.read_exact(&mut chunk).unwrap();
+                            if n == 0 {
+                                break;
+                            }
+                            body.extend_from_slice(&chunk[..n]);
+                        }
+                    }
+                    let post = head[0].starts_with("post");
+                    if post {
+                        log.lock().unwrap().push(Seen { head, body });
+                    }
+                    let answer: &[u8] = if post { b"{}" } else { b"" };
+                    let _ = write!(
+                        w,
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                        answer.len()
+                    );
+                    let _ = w.write_all(answer);
+                }
+            });
+        }
+    });
+    (addr, seen)
 }
