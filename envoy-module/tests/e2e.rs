@@ -21,7 +21,7 @@ struct ModuleStack {
     sims: Vec<Sim>,
     /// kvroute's admin listener, run by the module (`[listen] admin`).
     admin: String,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 /// Where `libkvroute_envoy.so` is: built here first (`cargo test` builds the crate's rlib for
@@ -111,7 +111,7 @@ impl ModuleStack {
             envoy,
             sims,
             admin,
-            _dir: dir,
+            dir,
         }
     }
 
@@ -357,5 +357,47 @@ fn the_template_validates_and_a_bad_configuration_fails_envoy_at_load() {
 fn hot50_in_envoy_least_ttft_meets_slo_more_than_prefix_cache() {
     let s = ModuleStack::start("module-hot50", hot50::CONFIG, false);
     hot50::replay_and_check(&s.envoy.listen, &s.sims, &s.admin);
+    s.expect_in_flight(0);
+}
+
+/// A filter configuration given by path is reloaded when the file changes (kvroute-ext-proc's
+/// rules: a file that does not load is refused and the running configuration kept).
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn a_configuration_file_is_reloaded_when_it_changes() {
+    let s = ModuleStack::start("module-reload", "", false);
+    let strategy = |s: &ModuleStack| {
+        let r = s.post("/v1/completions", &[], &completion("study", "x", 1, false));
+        assert_eq!(r.status, 200, "{}", r.text());
+        r.header("routing-strategy").unwrap_or_default().to_owned()
+    };
+    assert_eq!(strategy(&s), "prefix-cache");
+    let config = s.dir.path("kvroute.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    let reloads = |s: &ModuleStack, result: &str| {
+        metric_sum(
+            &s.metrics(),
+            &format!("kvroute_config_reloads_total{{result=\"{result}\"}}"),
+        )
+    };
+    // Broken: refused, the running configuration kept.
+    std::fs::write(&config, text.replace("[models.study]", "[models.study")).unwrap();
+    wait_for(Duration::from_secs(10), || {
+        (reloads(&s, "error") >= 1).then_some(())
+    })
+    .expect("the broken file was not noticed");
+    assert_eq!(strategy(&s), "prefix-cache");
+    // A new default strategy: applied.
+    let changed = text.replace(
+        "[routing]\n",
+        "[routing]\ndefault_strategy = \"least-request\"\n",
+    );
+    assert_ne!(changed, text);
+    std::fs::write(&config, changed).unwrap();
+    wait_for(Duration::from_secs(10), || {
+        (strategy(&s) == "least-request").then_some(())
+    })
+    .expect("the new default strategy was not applied");
+    assert!(reloads(&s, "ok") >= 1);
     s.expect_in_flight(0);
 }

@@ -10,6 +10,8 @@
 //!   checks the completion (200, routed, the decision header), `/debug/decisions` and
 //!   `/metrics` in what the commands printed, and that the processes they started are gone
 //!   when the commands end (none left in the script's process group, every port closed).
+//! - envoy-module/README.md's "Quick start", the same way (Envoy with `envoy/envoy.module.yaml`
+//!   and the module from `target/debug`).
 //! - envoy/README.md: the re-rendering command (into a temporary file, compared with the
 //!   shipped `envoy/envoy.yaml`) and `.venv/bin/envoy --mode validate`.
 //! - README.md's "The two commands": `make demo` runs scripts/demo-envoy.sh after a release
@@ -325,16 +327,14 @@ fn run_in_root(line: &str, dir: &TempDir, name: &str, timeout: Duration) -> Job 
     job
 }
 
-const QUICK_START: &str = "ext-proc/README.md";
-
-/// The Quick start's commands: the build lines (first) and the rest.
-fn quick_start() -> (Vec<String>, Vec<String>) {
-    let readme = read(QUICK_START);
+/// The Quick start's commands in README `readme`: the build lines (first) and the rest.
+fn quick_start(readme_path: &str) -> (Vec<String>, Vec<String>) {
+    let readme = read(readme_path);
     let blocks = sh_blocks(&section(&readme, "## Quick start"));
     assert_eq!(
         blocks.len(),
         1,
-        "{QUICK_START}'s Quick start must have one ```sh block (this test runs it)"
+        "{readme_path}'s Quick start must have one ```sh block (this test runs it)"
     );
     let lines: Vec<String> = blocks[0]
         .iter()
@@ -346,7 +346,7 @@ fn quick_start() -> (Vec<String>, Vec<String>) {
     let rest: Vec<String> = lines[build.len()..].to_vec();
     assert!(
         !rest.iter().any(is_build),
-        "{QUICK_START}: the build lines (make, cargo) must come first: they run from the \
+        "{readme_path}: the build lines (make, cargo) must come first: they run from the \
          repository's root, the rest from a temporary directory"
     );
     (build, rest)
@@ -355,13 +355,27 @@ fn quick_start() -> (Vec<String>, Vec<String>) {
 #[test]
 #[ignore = "needs Envoy; run by `make test-e2e`"]
 fn ext_proc_quick_start_runs_as_written() {
+    run_quick_start("ext-proc/README.md", "envoy/envoy.yaml");
+}
+
+/// The same for kvroute inside Envoy (the module reads the TOML file Envoy's filter config
+/// names, relative to Envoy's working directory: the copy here).
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn envoy_module_quick_start_runs_as_written() {
+    run_quick_start("envoy-module/README.md", "envoy/envoy.module.yaml");
+}
+
+/// Runs the Quick start of README `readme_path`, whose Envoy configuration is `yaml_rel`
+/// (rendered from `envoy/kvroute.example.toml`), and checks what it printed and left.
+fn run_quick_start(readme_path: &str, yaml_rel: &str) {
     let dir = TempDir::new("readme-quick-start");
     let envoy = std::fs::canonicalize(envoy_bin()).expect("ENVOY_BIN");
     let bin_dir = ext_proc_bin().parent().unwrap().to_path_buf();
-    let (build, session) = quick_start();
+    let (build, session) = quick_start(readme_path);
     assert!(
         !build.is_empty() && !session.is_empty(),
-        "{QUICK_START}: no build or run lines"
+        "{readme_path}: no build or run lines"
     );
 
     // The build lines, as written, from the repository's root.
@@ -371,7 +385,7 @@ fn ext_proc_quick_start_runs_as_written() {
 
     // The fixed ports: the configuration's addresses and the rendering's port values.
     let toml = read("envoy/kvroute.example.toml");
-    let yaml = read("envoy/envoy.yaml");
+    let yaml = read(yaml_rel);
     let mut old: Vec<u16> = ports_after(&toml, "127.0.0.1:");
     old.extend(ports_after(&yaml, "port_value: "));
     old.sort_unstable();
@@ -391,7 +405,7 @@ fn ext_proc_quick_start_runs_as_written() {
     }
     for (name, text) in [
         ("envoy/kvroute.example.toml", &toml2),
-        ("envoy/envoy.yaml", &yaml2),
+        (yaml_rel, &yaml2),
         ("the Quick start", &script),
     ] {
         for &p in &old {
@@ -412,7 +426,7 @@ fn ext_proc_quick_start_runs_as_written() {
     assert_eq!(
         script.matches(envoy_cmd).count(),
         1,
-        "{QUICK_START}: expected one `{envoy_cmd}` command"
+        "{readme_path}: expected one `{envoy_cmd}` command"
     );
     let base_id = 200_000 + (std::process::id() % 10_000) * 10; // apart from support's 20,000-120,009
     script = script.replace(envoy_cmd, &format!("{envoy_cmd}--base-id {base_id} "));
@@ -423,7 +437,7 @@ fn ext_proc_quick_start_runs_as_written() {
     std::fs::create_dir_all(work.join("target")).unwrap();
     std::fs::create_dir_all(work.join(".venv/bin")).unwrap();
     std::fs::write(work.join("envoy/kvroute.example.toml"), &toml2).unwrap();
-    std::fs::write(work.join("envoy/envoy.yaml"), &yaml2).unwrap();
+    std::fs::write(work.join(yaml_rel), &yaml2).unwrap();
     std::os::unix::fs::symlink(&bin_dir, work.join("target/debug")).unwrap();
     std::os::unix::fs::symlink(&envoy, work.join(".venv/bin/envoy")).unwrap();
     let script_path = dir.path("quick-start.sh");

@@ -59,6 +59,14 @@ fn module_buffer(bytes: &[u8]) -> ModuleBuffer {
 
 /// Logs `message` through Envoy's own log (`dynamic_modules` logger): for what must be seen
 /// even before kvroute's log is set up, such as a configuration Envoy is about to refuse.
+///
+/// Unit tests are not linked with Envoy: there, the message goes to stderr.
+#[cfg(test)]
+fn envoy_log(_level: LogLevel, message: &str) {
+    eprintln!("{message}");
+}
+
+#[cfg(not(test))]
 fn envoy_log(level: LogLevel, message: &str) {
     let file = file!();
     // SAFETY: both buffers are read during the call only; the callback has no other
@@ -284,14 +292,9 @@ const PANIC_BODY: &[u8] = br#"{"error":{"message":"kvroute internal error","type
 /// Its `response.code_details`.
 const PANIC_DETAILS: &str = "kvroute_internal";
 
-/// Runs a request-phase hook; a panic answers 500 and stops the stream.
-fn request_hook<T>(
-    envoy: HttpFilterEnvoyPtr,
-    stopped: T,
-    hook: impl FnOnce(&mut EnvoyStream) -> T,
-) -> T {
-    let mut stream = EnvoyStream { envoy };
-    match catch_unwind(AssertUnwindSafe(|| hook(&mut stream))) {
+/// Runs a request-phase hook on `stream`; a panic answers 500 and stops the stream.
+fn request_hook<H: StreamHost, T>(stream: &mut H, stopped: T, hook: impl FnOnce(&mut H) -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(|| hook(stream))) {
         Ok(status) => status,
         Err(_) => {
             let headers: [(&str, &[u8]); 1] = [("content-type", b"application/json")];
@@ -408,9 +411,11 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_headers(
 ) -> sys::HeadersStatus {
     // SAFETY: the caller's contract.
     let f = unsafe { filter(module) };
-    request_hook(envoy, sys::HeadersStatus::STOP_ITERATION, |s| {
-        headers_status(f.on_request_headers(s, end_of_stream))
-    })
+    request_hook(
+        &mut EnvoyStream { envoy },
+        sys::HeadersStatus::STOP_ITERATION,
+        |s| headers_status(f.on_request_headers(s, end_of_stream)),
+    )
 }
 const _: sys::HttpFilterRequestHeadersHook = envoy_dynamic_module_on_http_filter_request_headers;
 
@@ -424,9 +429,11 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_body(
 ) -> sys::BodyStatus {
     // SAFETY: the caller's contract.
     let f = unsafe { filter(module) };
-    request_hook(envoy, sys::BodyStatus::STOP_ITERATION_NO_BUFFER, |s| {
-        body_status(f.on_request_body(s, end_of_stream))
-    })
+    request_hook(
+        &mut EnvoyStream { envoy },
+        sys::BodyStatus::STOP_ITERATION_NO_BUFFER,
+        |s| body_status(f.on_request_body(s, end_of_stream)),
+    )
 }
 const _: sys::HttpFilterRequestBodyHook = envoy_dynamic_module_on_http_filter_request_body;
 
@@ -439,12 +446,14 @@ pub unsafe extern "C" fn envoy_dynamic_module_on_http_filter_request_trailers(
 ) -> sys::TrailersStatus {
     // SAFETY: the caller's contract.
     let f = unsafe { filter(module) };
-    request_hook(envoy, sys::TrailersStatus::STOP_ITERATION, |s| {
-        match f.on_request_trailers(s) {
+    request_hook(
+        &mut EnvoyStream { envoy },
+        sys::TrailersStatus::STOP_ITERATION,
+        |s| match f.on_request_trailers(s) {
             HeadersStatus::Continue => sys::TrailersStatus::CONTINUE,
             HeadersStatus::Stop => sys::TrailersStatus::STOP_ITERATION,
-        }
-    })
+        },
+    )
 }
 const _: sys::HttpFilterRequestTrailersHook = envoy_dynamic_module_on_http_filter_request_trailers;
 
@@ -647,6 +656,77 @@ mod tests {
         assert_eq!(body_status(BodyStatus::Continue).0, 0);
         assert_eq!(body_status(BodyStatus::StopAndBuffer).0, 1);
         assert_eq!(body_status(BodyStatus::Stop).0, 3);
+    }
+
+    /// A stream that records the local reply it is asked to send.
+    #[derive(Default)]
+    struct Recorder {
+        reply: Option<(u16, Vec<u8>, String)>,
+    }
+
+    impl StreamHost for Recorder {
+        fn request_header(&self, _: &str) -> Option<Vec<u8>> {
+            None
+        }
+        fn set_request_header(&mut self, _: &str, _: &[u8]) -> bool {
+            true
+        }
+        fn request_body(&self) -> Vec<u8> {
+            Vec::new()
+        }
+        fn request_body_len(&self) -> usize {
+            0
+        }
+        fn set_destination(&mut self, _: &str) -> bool {
+            true
+        }
+        fn response_header(&self, _: &str) -> Option<Vec<u8>> {
+            None
+        }
+        fn set_response_header(&mut self, _: &str, _: &[u8]) -> bool {
+            true
+        }
+        fn response_chunk(&self) -> Vec<Vec<u8>> {
+            Vec::new()
+        }
+        fn response_code_details(&self) -> Option<String> {
+            None
+        }
+        fn response_code(&self) -> Option<u16> {
+            None
+        }
+        fn send_local_reply(
+            &mut self,
+            status: u16,
+            _: &[(&str, &[u8])],
+            body: &[u8],
+            details: &str,
+        ) {
+            self.reply = Some((status, body.to_vec(), details.to_owned()));
+        }
+    }
+
+    #[test]
+    fn a_panic_in_a_request_hook_becomes_a_500_and_a_stop() {
+        let mut stream = Recorder::default();
+        let status = request_hook(&mut stream, sys::HeadersStatus::STOP_ITERATION, |_| {
+            panic!("a bug")
+        });
+        assert_eq!(status, sys::HeadersStatus::STOP_ITERATION);
+        let (code, body, details) = stream.reply.expect("a local reply");
+        assert_eq!((code, details.as_str()), (500, "kvroute_internal"));
+        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(json["error"]["code"], "internal_error");
+        // Without a panic the hook's own status, and no reply.
+        let mut stream = Recorder::default();
+        let status = request_hook(
+            &mut stream,
+            sys::BodyStatus::STOP_ITERATION_NO_BUFFER,
+            |_| sys::BodyStatus::CONTINUE,
+        );
+        assert_eq!(status, sys::BodyStatus::CONTINUE);
+        assert!(stream.reply.is_none());
+        assert_eq!(quiet_hook(7, || panic!("in a response hook")), 7);
     }
 
     #[test]
