@@ -1,6 +1,7 @@
 # kvroute-ext-proc: Envoy end-to-end tests, the Envoy demo and the Envoy load benchmark.
 #   make test-e2e     the ext-proc suite through a real Envoy (installed into .venv if missing)
 #   make demo-envoy   two kvroute-sim replicas + kvroute-ext-proc + Envoy, study-shaped replay
+#                     (DEMO_ARGS=--module: kvroute inside Envoy, the dynamic module, instead)
 #   make bench-envoy  Envoy round-robin alone vs Envoy + kvroute-ext-proc (bounded load)
 
 ENVOY_BIN ?= $(VENV)/bin/envoy
@@ -39,10 +40,11 @@ test-e2e: $(ENVOY_BIN)
 
 DEMO_TARGET := demo-envoy
 demo-envoy: $(ENVOY_BIN)
-	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim
-	ENVOY_BIN=$(ENVOY_BIN) bash scripts/demo-envoy.sh
+	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim -p kvroute-envoy
+	ENVOY_BIN=$(ENVOY_BIN) bash scripts/demo-envoy.sh $(DEMO_ARGS)
 
 bench-envoy: $(ENVOY_BIN)
 	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim
 	$(CARGO) build --release -q -p kvroute-ext-proc --example floor
+	$(CARGO) build --release -q -p kvroute-envoy
 	ENVOY_BIN=$(ENVOY_BIN) python3 scripts/bench-envoy.py $(BENCH_ARGS)

@@ -506,30 +506,37 @@ fn run_quick_start(readme_path: &str, yaml_rel: &str) {
 }
 
 #[test]
-fn envoy_readme_render_command_reproduces_envoy_yaml() {
+fn envoy_readme_render_commands_reproduce_the_shipped_files() {
     let readme = read("envoy/README.md");
     let blocks = sh_blocks(&readme);
-    let target = " > envoy/envoy.yaml";
     assert_eq!(
         blocks.len(),
         1,
         "envoy/README.md: a new ```sh block is run by no test: add it to tests/readme_commands.rs"
     );
-    assert_eq!(blocks[0].len(), 1, "{:?}", blocks[0]);
-    let line = &blocks[0][0];
-    assert!(
-        line.starts_with("cargo run ") && line.ends_with(target),
-        "envoy/README.md's render command changed: {line}"
-    );
+    let shipped = ["envoy/envoy.yaml", "envoy/envoy.module.yaml"];
+    assert_eq!(blocks[0].len(), shipped.len(), "{:?}", blocks[0]);
     let dir = TempDir::new("readme-render");
-    let out = dir.path("envoy.yaml");
-    let line = line.replace(target, &format!(" > {}", out.display()));
-    run_in_root(&line, &dir, "render", Duration::from_secs(900));
-    assert!(
-        std::fs::read(&out).unwrap() == std::fs::read(root().join("envoy/envoy.yaml")).unwrap(),
-        "envoy/README.md's command does not render envoy/envoy.yaml as shipped (diff {} envoy/envoy.yaml)",
-        out.display()
-    );
+    for (i, (line, file)) in blocks[0].iter().zip(shipped).enumerate() {
+        let target = format!(" > {file}");
+        assert!(
+            line.starts_with("cargo run ") && line.ends_with(&target),
+            "envoy/README.md's render command for {file} changed: {line}"
+        );
+        let out = dir.path(&format!("rendered-{i}.yaml"));
+        let line = line.replace(&target, &format!(" > {}", out.display()));
+        run_in_root(
+            &line,
+            &dir,
+            &format!("render-{i}"),
+            Duration::from_secs(900),
+        );
+        assert!(
+            std::fs::read(&out).unwrap() == std::fs::read(root().join(file)).unwrap(),
+            "envoy/README.md's command does not render {file} as shipped (diff {} {file})",
+            out.display()
+        );
+    }
 }
 
 #[test]
@@ -567,7 +574,7 @@ fn top_readme_commands_are_known() {
 /// scripts/demo-envoy.sh (what `make demo` runs after its release build), with the debug
 /// binaries, Envoy and TMPDIR in `dir`, in a process group of its own and with SIGINT at its
 /// default disposition (as in a terminal, whatever the test runner inherited).
-fn demo(dir: &TempDir, env: &[(&str, &str)]) -> Job {
+fn demo(dir: &TempDir, env: &[(&str, &str)], args: &[&str]) -> Job {
     sim_bin();
     let bin_dir = ext_proc_bin().parent().unwrap().to_path_buf();
     assert!(bin_dir.join("kvroute-sim").exists());
@@ -576,6 +583,7 @@ fn demo(dir: &TempDir, env: &[(&str, &str)]) -> Job {
     let mut cmd = Command::new("env");
     cmd.args(["--default-signal=INT", "bash"])
         .arg(root().join("scripts/demo-envoy.sh"))
+        .args(args)
         .current_dir(root())
         .env(
             "ENVOY_BIN",
@@ -605,7 +613,7 @@ fn assert_tmp_empty(dir: &TempDir) {
 #[ignore = "needs Envoy; run by `make test-e2e`"]
 fn demo_stops_everything_at_its_end() {
     let dir = TempDir::new("readme-demo-end");
-    let mut job = demo(&dir, &[("REQUESTS", "8"), ("SPEEDUP", "20")]);
+    let mut job = demo(&dir, &[("REQUESTS", "8"), ("SPEEDUP", "20")], &[]);
     let status = job.wait(Duration::from_secs(180));
     assert!(
         status.success(),
@@ -624,12 +632,47 @@ fn demo_stops_everything_at_its_end() {
     assert_tmp_empty(&dir);
 }
 
+/// `make demo DEMO_ARGS=--module`: the same replay through kvroute inside Envoy.
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn demo_through_the_module_stops_everything_at_its_end() {
+    let dir = TempDir::new("readme-demo-module");
+    let built = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "-q", "-p", "kvroute-envoy"])
+        .status()
+        .unwrap();
+    assert!(built.success(), "cargo build -p kvroute-envoy");
+    let mut job = demo(&dir, &[("REQUESTS", "8"), ("SPEEDUP", "20")], &["--module"]);
+    let status = job.wait(Duration::from_secs(180));
+    assert!(
+        status.success(),
+        "the demo failed ({status}):\n{}",
+        job.output()
+    );
+    let out = job.stdout();
+    assert!(out.contains("kvroute inside Envoy: admin=http://"), "{out}");
+    assert_eq!(
+        out.matches("reasons (x-kvroute-decision)").count(),
+        3,
+        "{}",
+        job.output()
+    );
+    assert!(out.contains("kvroute (module in Envoy) counters after the run:"));
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("kvroute_pod_routed_total{")),
+        "{out}"
+    );
+    job.assert_group_gone();
+    assert_tmp_empty(&dir);
+}
+
 #[test]
 #[ignore = "needs Envoy; run by `make test-e2e`"]
 fn demo_stops_everything_on_ctrl_c() {
     let dir = TempDir::new("readme-demo-int");
     // make demo's own request count and speed: the replay is still running when interrupted.
-    let mut job = demo(&dir, &[]);
+    let mut job = demo(&dir, &[], &[]);
     // Interrupted while the replay runs (its output comes in bursts: wait for the process).
     job.wait_line("envoy: http://", Duration::from_secs(60));
     let running = support::wait_for(Duration::from_secs(30), || {
