@@ -15,8 +15,8 @@ DEMO_TARGET := demo-core
 
 -include $(sort $(wildcard mk/*.mk))
 
-.PHONY: test demo test-rust fmt-check lint lint-core demo-core image
-test: fmt-check lint-core test-rust $(TEST_TARGETS)
+.PHONY: test demo test-rust fmt-check lint lint-core doc-core demo-core image
+test: fmt-check lint-core doc-core test-rust $(TEST_TARGETS)
 	@echo "make test: all test suites passed"
 
 fmt-check:
@@ -31,6 +31,11 @@ lint: fmt-check
 # env, OS randomness), checked by `make test` too: the core and its few dependencies only.
 lint-core:
 	cd router-core && $(CARGO) clippy -p kvroute-core --lib -- -D warnings
+
+# The core's API docs, as the README sends Rust users to them (`cargo doc -p kvroute-core
+# --open`): broken intra-doc links and other rustdoc warnings fail the test.
+doc-core:
+	RUSTDOCFLAGS=-Dwarnings $(CARGO) doc -q -p kvroute-core --no-deps
 
 test-rust:
 	$(CARGO) test --workspace
