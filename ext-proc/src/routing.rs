@@ -152,6 +152,7 @@ pub fn route(
         model,
         strategy: at.strategy,
         hashes: &hashes,
+        tokens: None,
         max_output_tokens,
         endpoint_subset: subset.as_deref(),
     };

@@ -73,6 +73,7 @@ mod stats;
 mod strategy;
 mod tickets;
 mod time;
+mod token_keys;
 mod ttft;
 
 pub use config::{
@@ -89,9 +90,12 @@ pub use health::{
 pub use ids::{ModelId, PodId, Ticket};
 pub use index::{IndexStats, PrefixIndex};
 pub use registry::{PodInfo, PodSpec, RegistryError};
-pub use router::{RouteError, RouteRequest, Router};
+pub use router::{PromptTokens, RouteError, RouteRequest, Router};
 pub use stats::{match_bucket, ModelStats, RouterStats, MATCH_BUCKETS};
 pub use strategy::{Strategy, StrategyError, StrategySpec, MAX_WEIGHT};
 pub use tickets::{Completion, Outcome, Released, TicketError, TicketStats, Timings};
 pub use time::Timestamp;
+pub use token_keys::{
+    BlockExtras, InvalidBlockTokens, TokenKeyConfig, DEFAULT_BLOCK_TOKENS, MAX_BLOCK_TOKENS,
+};
 pub use ttft::{EngineSnapshot, TtftConfig};

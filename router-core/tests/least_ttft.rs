@@ -552,3 +552,63 @@ fn a_long_wait_sends_a_request_to_probe_an_idle_unknown_pod() {
         "{waited:?}"
     );
 }
+
+/// With token-block keys (a shell that tokenizes as the engine does) the model counts tokens
+/// exactly: the prompt's size is its token count, a match is its blocks × the block size (in
+/// whole engine blocks), and nothing is converted at a bytes-per-token estimate, nor learned.
+#[test]
+fn token_blocks_are_counted_exactly() {
+    let mut cfg = ttft_config();
+    cfg.ttft.engine_block_tokens = 16;
+    let (mut r, _) = router_with_pods(2, cfg);
+    let keys = r.token_key_config(16).unwrap();
+    let tokens: Vec<u32> = (0..1_000).collect();
+    let k = keys.keys(&tokens, kvroute_core::BlockExtras::default());
+    assert_eq!(k.len(), 62); // 992 tokens in full blocks
+    let size = kvroute_core::PromptTokens {
+        prompt_tokens: 1_000,
+        block_tokens: 16,
+    };
+    let first = r
+        .route(RouteRequest::new(MODEL, &k).with_tokens(size), t(0))
+        .unwrap();
+    assert_eq!(first.prediction.prompt_tokens, 1_000);
+    r.complete(first.ticket, Completion::new(Outcome::Success), t(10))
+        .unwrap();
+    // The same prompt with a longer tail: every full block of the first one matches on its pod.
+    let longer: Vec<u32> = (0..1_500).collect();
+    let k2 = keys.keys(&longer, kvroute_core::BlockExtras::default());
+    let size2 = kvroute_core::PromptTokens {
+        prompt_tokens: 1_500,
+        block_tokens: 16,
+    };
+    let again = r
+        .route(RouteRequest::new(MODEL, &k2).with_tokens(size2), t(20))
+        .unwrap();
+    assert_eq!(again.pod, first.pod);
+    assert_eq!(again.matched_blocks, 62);
+    assert_eq!(again.prediction.prompt_tokens, 1_500);
+    // More predicted cached than for the cold first request (whose prediction is the prior
+    // share of unindexed tokens), never more than the prompt's whole engine blocks.
+    assert!(again.prediction.cached_tokens > first.prediction.cached_tokens);
+    assert!(again.prediction.cached_tokens <= 1_488);
+    // No bytes per token learned from token-keyed requests.
+    let before = r.stats().prompt_bytes_per_token;
+    r.complete(
+        again.ticket,
+        Completion {
+            outcome: Outcome::Success,
+            timings: kvroute_core::Timings {
+                first_token_ms: Some(200),
+                total_ms: Some(300),
+                output_tokens: Some(2),
+                prompt_tokens: Some(1_500),
+                cached_tokens: Some(992),
+            },
+        },
+        t(230),
+    )
+    .unwrap();
+    assert_eq!(r.stats().prompt_bytes_per_token, before);
+    r.check_invariants().unwrap();
+}

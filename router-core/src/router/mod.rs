@@ -17,6 +17,7 @@ use crate::stats::{match_bucket, ModelStats, RouterStats};
 use crate::strategy::{Strategy, StrategySpec};
 use crate::tickets::TicketTable;
 use crate::time::Timestamp;
+use crate::token_keys::{InvalidBlockTokens, TokenKeyConfig};
 use crate::ttft::{self, EngineSnapshot, Estimate, GlobalModel, Job, TicketContext};
 
 /// One request to route.
@@ -26,9 +27,14 @@ pub struct RouteRequest<'a> {
     pub model: &'a str,
     /// The strategy the request asked for; `None` uses the configured default.
     pub strategy: Option<&'a StrategySpec>,
-    /// The prompt's block hashes, from [`Router::hash_config`] (computed outside any lock).
-    /// Empty for requests without a prompt.
+    /// The prompt's block keys, computed outside any lock: byte-block hashes from
+    /// [`Router::hash_config`], or, when [`RouteRequest::tokens`] is set, token-block keys from
+    /// [`Router::token_key_config`]. Empty for requests without a prompt.
     pub hashes: &'a [BlockHash],
+    /// Set when `hashes` are token-block keys: the prompt's length in tokens and the block
+    /// size, so that the TTFT model counts tokens exactly (no bytes-per-token estimate).
+    /// `None`: byte blocks.
+    pub tokens: Option<PromptTokens>,
     /// The request's output-token limit (`max_completion_tokens` or `max_tokens`), when it
     /// sets one: least-ttft predicts its decode as at most that many tokens.
     pub max_output_tokens: Option<u32>,
@@ -44,8 +50,17 @@ impl<'a> RouteRequest<'a> {
             model,
             strategy: None,
             hashes,
+            tokens: None,
             max_output_tokens: None,
             endpoint_subset: None,
+        }
+    }
+
+    /// The same request with token-block keys in `hashes` (see [`RouteRequest::tokens`]).
+    pub fn with_tokens(self, tokens: PromptTokens) -> Self {
+        RouteRequest {
+            tokens: Some(tokens),
+            ..self
         }
     }
 
@@ -73,6 +88,15 @@ impl<'a> RouteRequest<'a> {
             ..self
         }
     }
+}
+
+/// A tokenized prompt's size, for a request whose keys are token blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PromptTokens {
+    /// The prompt's length in tokens (partial last block included).
+    pub prompt_tokens: u32,
+    /// The block size the keys were cut at ([`crate::TokenKeyConfig::block_tokens`]).
+    pub block_tokens: u32,
 }
 
 /// Why a request could not be routed. The Envoy service maps both to AIBrix's responses.
@@ -107,13 +131,16 @@ struct Scratch {
     excluded: u32,
 }
 
-/// The request's size as the TTFT model sees it (prompt length is known only in hash blocks).
+/// The request's size as the TTFT model sees it: with byte blocks, the prompt's length is known
+/// only in hash blocks and converted at the learned bytes per token; with token blocks, exactly.
 #[derive(Clone, Copy, Debug)]
 struct JobSize {
+    /// Prompt bytes (byte blocks; 0 for token blocks, which teach no bytes per token).
     prompt_bytes: f64,
     prompt_tokens: f64,
-    /// Hash block size in bytes.
-    block: f64,
+    /// Tokens per index block: the byte block size over the bytes per token, or the token
+    /// block size.
+    block_tokens: f64,
     max_output_tokens: Option<u32>,
 }
 
@@ -121,7 +148,7 @@ impl JobSize {
     fn job(&self, c: &Candidate) -> Job {
         Job {
             prompt_tokens: self.prompt_tokens,
-            matched_bytes: f64::from(c.matched) * self.block,
+            matched_tokens: f64::from(c.matched) * self.block_tokens,
             max_output_tokens: self.max_output_tokens,
         }
     }
@@ -209,6 +236,15 @@ impl Router {
     /// What callers need to hash prompts outside the router's lock.
     pub fn hash_config(&self) -> HashConfig {
         self.hash
+    }
+
+    /// What token keying needs for blocks of `block_tokens` tokens (the router's hash seed), to
+    /// key a tokenized prompt outside the lock (see [`RouteRequest::tokens`]).
+    pub fn token_key_config(
+        &self,
+        block_tokens: u32,
+    ) -> Result<TokenKeyConfig, InvalidBlockTokens> {
+        TokenKeyConfig::new(block_tokens, self.hash.seed())
     }
 
     fn clock(&mut self, now: Timestamp) -> Timestamp {
@@ -473,17 +509,28 @@ impl Router {
     /// size as the model sees it.
     fn estimates(&mut self, req: &RouteRequest<'_>, total_blocks: u32, now: Timestamp) -> JobSize {
         let spec = req.strategy.unwrap_or(&self.config.default_strategy);
-        let block = self.hash.block_size() as f64;
-        let prompt_bytes = if total_blocks == 0 {
-            0.0
-        } else {
-            f64::from(total_blocks) * block + block / 2.0
-        };
-        let size = JobSize {
-            prompt_bytes,
-            prompt_tokens: prompt_bytes / self.global.bytes_per_token.get(),
-            block,
-            max_output_tokens: req.max_output_tokens,
+        let size = match req.tokens {
+            Some(t) => JobSize {
+                prompt_bytes: 0.0,
+                prompt_tokens: f64::from(t.prompt_tokens),
+                block_tokens: f64::from(t.block_tokens),
+                max_output_tokens: req.max_output_tokens,
+            },
+            None => {
+                let block = self.hash.block_size() as f64;
+                let prompt_bytes = if total_blocks == 0 {
+                    0.0
+                } else {
+                    f64::from(total_blocks) * block + block / 2.0
+                };
+                let bytes_per_token = self.global.bytes_per_token.get();
+                JobSize {
+                    prompt_bytes,
+                    prompt_tokens: prompt_bytes / bytes_per_token,
+                    block_tokens: block / bytes_per_token,
+                    max_output_tokens: req.max_output_tokens,
+                }
+            }
         };
         let s = &mut self.scratch;
         s.estimates.clear();

@@ -52,7 +52,8 @@ impl Estimate {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Job {
     pub(crate) prompt_tokens: f64,
-    pub(crate) matched_bytes: f64,
+    /// The tokens of the prompt the index holds on the pod (its matched blocks in tokens).
+    pub(crate) matched_tokens: f64,
     /// The request's output-token limit, if it sets one.
     pub(crate) max_output_tokens: Option<u32>,
 }
@@ -115,7 +116,7 @@ pub(crate) fn estimate(
     use std::collections::BinaryHeap;
 
     let block = f64::from(cfg.engine_block_tokens);
-    let matched_tokens = (job.matched_bytes / global.bytes_per_token.get()).min(job.prompt_tokens);
+    let matched_tokens = job.matched_tokens.min(job.prompt_tokens);
     let indexed = (matched_tokens / block).floor() * block;
     let reusable = (job.prompt_tokens / block).floor() * block;
     let extra = if pod.may_probe() {
@@ -270,7 +271,7 @@ mod tests {
         // 5,000-token prompt; the index matched 4,977 tokens' worth: 3 whole blocks = 4,704.
         let job = Job {
             prompt_tokens: 5_000.0,
-            matched_bytes: 4_977.0 * 5.6,
+            matched_tokens: 4_977.0,
             max_output_tokens: None,
         };
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
@@ -290,7 +291,7 @@ mod tests {
         pod.open = vec![open(1, 0, 3_000.0), open(2, 0, 0.0)];
         let job = Job {
             prompt_tokens: 3_000.0,
-            matched_bytes: 0.0,
+            matched_tokens: 0.0,
             max_output_tokens: None,
         };
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
@@ -333,7 +334,7 @@ mod tests {
         pod.max_seqs = 1;
         let job = Job {
             prompt_tokens: 3_000.0,
-            matched_bytes: 0.0,
+            matched_tokens: 0.0,
             max_output_tokens: None,
         };
         let queue_behind = |pod: &mut PodModel, limit| {
@@ -364,7 +365,7 @@ mod tests {
         let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
         let job = Job {
             prompt_tokens: 3_000.0,
-            matched_bytes: 0.0,
+            matched_tokens: 0.0,
             max_output_tokens: None,
         };
         let idle = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
@@ -379,7 +380,7 @@ mod tests {
         // A fully cached prompt stalls nothing, and a zero weight turns the charge off.
         let cached = Job {
             prompt_tokens: 3_136.0,
-            matched_bytes: 3_136.0 * 5.6,
+            matched_tokens: 3_136.0,
             max_output_tokens: None,
         };
         assert_eq!(
@@ -411,7 +412,7 @@ mod tests {
         });
         let job = Job {
             prompt_tokens: 100.0,
-            matched_bytes: 0.0,
+            matched_tokens: 0.0,
             max_output_tokens: None,
         };
         assert!(estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new()).queue_ms > 0.0);
@@ -428,7 +429,7 @@ mod tests {
         pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0, None)];
         let job = Job {
             prompt_tokens: 100.0,
-            matched_bytes: 0.0,
+            matched_tokens: 0.0,
             max_output_tokens: None,
         };
         let queue_at = |pod: &mut PodModel, kv_usage| {
@@ -510,7 +511,7 @@ mod tests {
         pod.forget_ticket(Ticket(1));
         let job = Job {
             prompt_tokens: 100.0,
-            matched_bytes: 0.0,
+            matched_tokens: 0.0,
             max_output_tokens: None,
         };
         assert_eq!(
@@ -533,7 +534,7 @@ mod tests {
         let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
         let job = Job {
             prompt_tokens: 5_000.0,
-            matched_bytes: 0.0,
+            matched_tokens: 0.0,
             max_output_tokens: None,
         };
         let cached =

@@ -146,7 +146,7 @@ mod tests {
         let (mut pod, mut g) = (PodModel::new(&c), GlobalModel::new(&c));
         let job = Job {
             prompt_tokens: 5_000.0,
-            matched_bytes: 0.0,
+            matched_tokens: 0.0,
             max_output_tokens: None,
         };
         // Nothing is known of the pod yet: half of what the index does not know is assumed
