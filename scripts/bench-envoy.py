@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Bounded load benchmark: what kvroute-ext-proc costs in front of two kvroute-sim replicas,
-next to Envoy alone, sglang-router's cache-aware policy and no router at all.
+"""Bounded load benchmark: what kvroute costs in front of two kvroute-sim replicas, as
+kvroute-ext-proc behind Envoy and as the dynamic module inside Envoy, next to Envoy alone,
+sglang-router's cache-aware policy and no router at all.
 
 Targets (--targets, comma-separated; each one is an entry of TARGETS below):
   rr          Envoy alone, ROUND_ROBIN over the two replicas (no ext_proc)
@@ -10,6 +11,9 @@ Targets (--targets, comma-separated; each one is an entry of TARGETS below):
   kv-nohdr    Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SKIP
   kv-untimed  Envoy + a second kvroute-ext-proc with [stream_timing] max_streams = 0 (with
               --stream-tokens, "kv vs kv-untimed" is what timing a few streamed responses costs)
+  mod         Envoy with kvroute inside it: the dynamic module libkvroute_envoy.so (crate
+              envoy-module/, `cargo build --release -p kvroute-envoy`), prefix-cache, reading the
+              same kvroute TOML file as kv; no second process
   sg          sglang-router 0.3.2 (PyPI sglang-router==0.3.2, installed into .venv-bench/ if
               missing), `python -m sglang_router.launch_router --policy cache_aware` in front of
               the same replicas, --log-level warn (Envoy and kvroute log at warning too)
@@ -17,10 +21,29 @@ Targets (--targets, comma-separated; each one is an entry of TARGETS below):
 The Envoy targets are listeners of one Envoy process (--concurrency 1), each
 envoy/envoy.template.yaml's listener rendered by `kvroute-ext-proc envoy-config` (BUFFERED
 request body, response trailers SEND, metadata routing, the round-robin fallback route) under
-its own name and ext_proc cluster; rr is the same listener without the ext_proc filter.
+its own name and ext_proc cluster; rr is the same listener without the ext_proc filter. mod is
+envoy/envoy.module.template.yaml's listener rendered by `kvroute-ext-proc envoy-module-config`
+(the dynamic_modules filter, its deciding routes; filter_config the TOML's path) under its own
+name, routing to that template's ORIGINAL_DST cluster as "mod_pods"; Envoy then runs with
+ENVOY_DYNAMIC_MODULES_SEARCH_PATH=<the release directory> and KVROUTE_LOG=warn (plus the module's
+start-up line, which names its kvroute admin listener). One Envoy rather than two: phases run
+one at a time, so the one worker thread serves only the measured listener, rr and mod are
+measured on the very same Envoy worker, and the module's only other cost in the process, its
+own thread (kvroute's admin listener, timers, file reload), is counted apart (below).
 A target's CPU is the CPU of the processes it names (their whole process trees, from
 /proc/<pid>/task/*/schedstat, read around each phase): rr Envoy; floor and kv Envoy + their
-ext_proc server; sg the sglang-router process; direct nothing. The replicas' CPU is shown apart.
+ext_proc server; mod Envoy (whose worker runs the filter) + the module's thread "kvroute" in
+Envoy (group "module"; with mod loaded, the other Envoy targets' "envoy" leaves that thread
+out), that is the whole Envoy process; sg the sglang-router process; direct nothing. The
+replicas' CPU is shown apart.
+
+Every response of kv, kv-untimed and mod must carry kvroute's target-pod header naming the
+replica that answered (else the request counts as failed: "200 without target-pod", "target-pod
+is not the replica that answered"), and after the run each kvroute (each
+kvroute-ext-proc, the module) must show in-flight 0 and kvroute_routed_total equal to the
+responses its targets got, warm-up included (its /metrics; the module's admin address comes from
+its start-up line on Envoy's stderr). If the module does not load or start, the bench stops
+before measuring.
 
 Requests are study-shaped: ~28 KB prompts from 8 salted families, a new question number per
 request, non-streaming, max_tokens 1 (--stream-tokens N: SSE, N tokens, usage included), the
@@ -30,14 +53,16 @@ of --shapes: "c=N" is a closed loop over N connections (c=1: latency with an idl
 c=32: saturation, every process competes for the 2 cores, so latency there is mostly CPU
 queueing), "R/s" an open loop at R requests/s over 8 connections. Phases are interleaved over
 rounds (the target order rotates each round). Prints a table per (target, load shape), the
-differences between targets and issue #19's three ratios, as medians over rounds (a ratio is the
-median of its per-round ratios). Exits 1 if any request failed. Everything runs on 127.0.0.1
-with ports chosen at run time and stops on exit (also on Ctrl-C or SIGTERM). Numbers are
-relative: client, routers and replicas share the machine's cores.
+differences between targets and issue #19's three ratios for kv and mod, as medians over rounds
+(a ratio is the median of its per-round ratios). Exits 1 if any request failed or a kvroute's
+counts are off. Everything runs on 127.0.0.1 with ports chosen at run time and stops on exit
+(also on Ctrl-C or SIGTERM). Numbers are relative: client, routers and replicas share the
+machine's cores.
 
---smoke: one round of a few requests (c=1 and c=32) through rr and kv only: a quick check
+--smoke: one round of a few requests (c=1 and c=32) through rr, kv and mod only: a quick check
 that the bench and the listeners work, well under a minute.
-`make bench-envoy` builds the release binaries and runs this; BENCH_ARGS="..." passes options.
+`make bench-envoy` builds the release binaries and the module and runs this; BENCH_ARGS="..."
+passes options.
 """
 import argparse
 import asyncio
@@ -55,7 +80,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
-from bench_load import cpu_ns, free_port, pct, run_phase, start, stop_all, study_bodies
+from bench_load import MISROUTED, UNROUTED, cpu_ns, free_port, pct, run_phase, start, stop_all, study_bodies
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("KVROUTE_BIN_DIR") or os.path.join(
@@ -63,6 +88,8 @@ BIN = os.environ.get("KVROUTE_BIN_DIR") or os.path.join(
 ENVOY = os.environ.get("ENVOY_BIN") or os.path.join(ROOT, ".venv", "bin", "envoy")
 BENCH_VENV = os.environ.get("BENCH_VENV") or os.path.join(ROOT, ".venv-bench")
 SGLANG_ROUTER = "0.3.2"
+MODULE = "libkvroute_envoy.so"  # the dynamic module (crate envoy-module/), found in BIN
+MODULE_THREADS = {"kvroute"}  # the module's own thread in Envoy (envoy-module/src/instance.rs)
 
 
 def render(kv_config, grpc_addr, response_headers):
@@ -72,6 +99,14 @@ def render(kv_config, grpc_addr, response_headers):
            "envoy-config", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
     if not response_headers:
         cmd.append("--no-response-headers")
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def render_module(kv_config):
+    """`kvroute-ext-proc envoy-module-config`: envoy/envoy.module.template.yaml with kvroute's
+    TOML file kv_config as the filter's configuration (listener and admin on free ports), as text."""
+    cmd = [os.path.join(BIN, "kvroute-ext-proc"), "--config", kv_config,
+           "envoy-module-config", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
     return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
 
 
@@ -85,15 +120,27 @@ def split_config(text):
 
 
 def envoy_config(kv_config, listeners):
-    """One Envoy with the given listeners [(name, ext_proc gRPC address or None, response
-    headers SEND)], each the shipped template's listener (rendered by kvroute-ext-proc) under its
-    own name and ext_proc cluster; without an ext_proc address, that listener without the ext_proc
-    filter (no metadata, so every request takes the template's round-robin fallback route)."""
-    out, clusters, head = [], [], None
+    """One Envoy with the given listeners [(name, an ext_proc gRPC address, "module" or None,
+    response headers SEND)], each the shipped template's listener (rendered by kvroute-ext-proc)
+    under its own name and ext_proc cluster; without an ext_proc address, that listener without
+    the ext_proc filter (no metadata, so every request takes the template's round-robin fallback
+    route); with "module", the shipped module template's listener (envoy-module-config: the
+    dynamic_modules filter reading kv_config, and its routes) under its own name, with the
+    module template's ORIGINAL_DST cluster as NAME_pods (it has no ext_proc or fallback cluster)."""
+    out, clusters, head, shared = [], [], None, False
     for name, grpc, headers in listeners:
+        if grpc == "module":
+            h, listener, items = split_config(render_module(kv_config))
+            assert "envoy.filters.http.dynamic_modules" in listener and json.dumps(kv_config) in listener, \
+                f"{name}: not the module listener reading {kv_config}:\n{listener}"
+            assert set(items) == {"kvroute_pods"}, f"{name}: the module template's clusters are {sorted(items)}"
+            head, cluster = head or h, f"{name}_pods"
+            out.append(listener.replace("kvroute_gateway", name).replace("kvroute_pods", cluster))
+            clusters.append(items["kvroute_pods"].replace("kvroute_pods", cluster))
+            continue
         h, listener, items = split_config(render(kv_config, grpc or "127.0.0.1:9", headers))
-        if head is None:
-            head = h
+        if not shared:  # the ext_proc template's pods and fallback clusters, once
+            head, shared = h, True
             clusters += [items["kvroute_pods"], items["kvroute_fallback"]]
         if grpc is None:
             listener = re.sub(r"(?ms)^          - name: envoy\.filters\.http\.ext_proc\n.*?(?=^          - name: )",
@@ -104,12 +151,19 @@ def envoy_config(kv_config, listeners):
         cluster = f"ext_{name}"
         out.append(listener.replace("kvroute_gateway", name).replace("kvroute_ext_proc", cluster))
         clusters.append(items["kvroute_ext_proc"].replace("kvroute_ext_proc", cluster))
+    names = [c.split("\n", 1)[0] for c in clusters]
+    assert len(set(names)) == len(names), f"clashing cluster names: {names}"
     return head + "\n  listeners:\n" + "\n".join(out) + "\n  clusters:\n" + "\n".join(clusters) + "\n"
 
 
-def wait_http(url, ok=lambda body: True, timeout=60.0, what="server"):
+def wait_http(url, ok=lambda body: True, timeout=60.0, what="server", proc=None, log=None):
+    """The body of url once it answers 200 and ok(body); exits if it does not within timeout, or
+    if proc (the server, when given) has ended (the end of its log shown)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = "".join(open(log).readlines()[-20:]) if log else ""
+            sys.exit(f"{what} exited (status {proc.returncode}) before {url} answered; {log} ends:\n{tail}")
         try:
             with urllib.request.urlopen(url, timeout=2) as r:
                 body = r.read().decode()
@@ -137,7 +191,9 @@ def sglang_python():
 class Bench:
     """The processes behind the targets, each started once, on first use. procs maps a name
     to its pids (CPU groups); an Envoy target registers a listener and gets "envoy:NAME" as its
-    address, resolved once the one Envoy has started with every registered listener."""
+    address, resolved once the one Envoy has started with every registered listener. With the
+    module listener, Envoy's CPU group "envoy" leaves out the module's own thread, which is the
+    group "module" (so that the module's background work is charged to mod alone)."""
 
     def __init__(self, args, work):
         self.args, self.work, self.procs, self.listeners = args, work, {}, []
@@ -177,26 +233,59 @@ class Bench:
         return self.grpc["floor"]
 
     def envoy_listener(self, name, grpc=None, response_headers=True):
+        """grpc: an ext_proc server's address, None (Envoy alone) or "module" (kvroute inside Envoy)."""
         self.listeners.append((name, grpc, response_headers))
         return f"envoy:{name}"
+
+    def module(self, name="mod"):
+        """The module's listener (kvroute inside the one Envoy, reading the same kvroute TOML);
+        its requests are counted by kvroute instance "module" (admin address known once Envoy runs)."""
+        return self.envoy_listener(name, "module")
 
     def start_envoy(self):
         if not self.listeners:
             return
-        ecfg, admin_path = f"{self.work}/envoy.yaml", f"{self.work}/admin"
+        ecfg, admin_path, log = f"{self.work}/envoy.yaml", f"{self.work}/admin", f"{self.work}/envoy.log"
         with open(ecfg, "w") as f:
             f.write(envoy_config(self.kv_config, self.listeners))
+        module = any(g == "module" for _, g, _ in self.listeners)
+        # The module's log: warnings, as kvroute-ext-proc's --log warn, and its start-up line.
+        env = {"ENVOY_DYNAMIC_MODULES_SEARCH_PATH": BIN, "KVROUTE_LOG": "warn,kvroute_envoy::instance=info"} \
+            if module else None
         p, _ = start([ENVOY, "-c", ecfg, "--admin-address-path", admin_path, "--concurrency", "1",
-                      "--base-id", str(9000 + os.getpid() % 1000), "-l", "warning"], f"{self.work}/envoy.log")
+                      "--base-id", str(9000 + os.getpid() % 1000), "-l", "warning"], log, env=env)
         self.procs["envoy"] = [p.pid]
-        for _ in range(300):
-            if os.path.exists(admin_path) and open(admin_path).read().strip():
-                break
+        tail = lambda: "".join(open(log).readlines()[-20:])
+        deadline = time.time() + 30
+        while not (os.path.exists(admin_path) and open(admin_path).read().strip()):
+            if p.poll() is not None or time.time() > deadline:
+                sys.exit(f"Envoy did not start (exit status {p.poll()}); {log} ends:\n{tail()}")
             time.sleep(0.1)
         admin = open(admin_path).read().strip()
-        wait_http(f"http://{admin}/ready", what="Envoy")
+        wait_http(f"http://{admin}/ready", what="Envoy", proc=p, log=log)
         st = json.load(urllib.request.urlopen(f"http://{admin}/listeners?format=json"))["listener_statuses"]
         self.ports = {s["name"]: f"127.0.0.1:{s['local_address']['socket_address']['port_value']}" for s in st}
+        if module:  # loaded and serving: its start-up line on Envoy's stderr names its admin listener
+            deadline = time.time() + 10
+            while not (m := re.search(r"kvroute module serving admin=(\S+)", open(log).read())):
+                if p.poll() is not None or time.time() > deadline:
+                    sys.exit(f"the kvroute module did not start in Envoy (no 'kvroute module serving' line); "
+                             f"{log} ends:\n{tail()}")
+                time.sleep(0.1)
+            self.kvroute_admin["module"] = m.group(1)
+            wait_http(f"http://{m.group(1)}/metrics", what="the module's admin listener")
+            threads = {open(f"/proc/{p.pid}/task/{t}/comm").read().strip() for t in os.listdir(f"/proc/{p.pid}/task")}
+            if not MODULE_THREADS <= threads:
+                sys.exit(f"no thread named {MODULE_THREADS} in Envoy (threads: {sorted(threads)})")
+            self.procs["module"] = [p.pid]
+
+    def cpu(self, group):
+        """CPU time of a group's processes so far, ns (Envoy's without the module's thread, "module" that thread)."""
+        if group == "module":
+            return cpu_ns(self.procs["module"][0], MODULE_THREADS)
+        if group == "envoy" and "module" in self.procs:
+            return cpu_ns(self.procs["envoy"][0], MODULE_THREADS, exclude=True)
+        return sum(cpu_ns(p) for p in self.procs[group])
 
     def sglang(self):
         """sglang-router 0.3.2, cache_aware, in front of the replicas; its address once both are healthy."""
@@ -216,32 +305,47 @@ class Bench:
 
 
 # A target is a name, how to start what it needs (a Bench method, on first use; it returns the
-# address to load, or Bench.envoy_listener's for a listener of the shared Envoy), and the
-# Bench.procs names whose CPU is its own. Another one (say "mod", an Envoy loading the dynamic
-# module) is a Bench method that starts its process(es), records their pids in self.procs["..."]
-# and returns the address, plus one line here and its rows in RATIOS.
+# address to load, or Bench.envoy_listener's for a listener of the shared Envoy), the CPU groups
+# (Bench.procs names) whose CPU is its own, and the kvroute instance that routes its requests
+# (Bench.kvroute_admin's name; its /metrics must count each of them once) with whether every
+# response must carry kvroute's target-pod header. Another target is a Bench method that starts
+# its process(es), records their pids in self.procs["..."] and returns the address, plus one
+# line here and its rows in RATIOS.
 @dataclass
 class Target:
     setup: Callable[[Bench], str]  # starts what the target needs; its address (or Bench.envoy_listener's)
     cpu: tuple  # Bench.procs names whose CPU is the target's
+    kvroute: str = None  # the kvroute instance (Bench.kvroute_admin) routing its requests
+    routed: bool = False  # a 200 without a target-pod header naming the replica that answered is a failure
 
 
 TARGETS = {
     "rr": Target(lambda b: b.envoy_listener("rr"), ("envoy",)),
     "floor": Target(lambda b: b.envoy_listener("floor", b.floor()), ("envoy", "floor")),
-    "kv": Target(lambda b: b.envoy_listener("kv", b.kvroute()), ("envoy", "ext")),
-    "kv-nohdr": Target(lambda b: b.envoy_listener("kv-nohdr", b.kvroute(), False), ("envoy", "ext")),
+    "kv": Target(lambda b: b.envoy_listener("kv", b.kvroute()), ("envoy", "ext"), "ext", True),
+    "kv-nohdr": Target(lambda b: b.envoy_listener("kv-nohdr", b.kvroute(), False), ("envoy", "ext"), "ext"),
     "kv-untimed": Target(lambda b: b.envoy_listener("kv-untimed", b.kvroute("untimed", "[stream_timing]\nmax_streams = 0\n")),
-                         ("envoy", "untimed")),
+                         ("envoy", "untimed"), "untimed", True),
+    "mod": Target(lambda b: b.module(), ("envoy", "module"), "module", True),
     "sg": Target(lambda b: b.sglang(), ("sglang",)),
     "direct": Target(lambda b: b.replicas[0][1], ()),
 }
 
-# Issue #19's targets, then other differences worth a look: (label, a, b, metric, "/" or "-").
+# Issue #19's targets (a) CPU/req ≤ 1.3x Envoy alone's, (b) p50 at most 0.1 ms over Envoy alone's
+# at c=1, (c) total CPU/req ≤ 0.8x sglang-router's, for kv and mod; then other differences worth
+# a look: (label, a, b, metric, "/" or "-").
 RATIOS = [
     ("(a) kv CPU/req ÷ rr CPU/req", "kv", "rr", "cpu", "/"),
     ("(b) kv p50 − rr p50, ms", "kv", "rr", "p50", "-"),
     ("(c) kv total CPU/req ÷ sg total CPU/req", "kv", "sg", "cpu", "/"),
+    ("(a) mod CPU/req ÷ rr CPU/req", "mod", "rr", "cpu", "/"),
+    ("(b) mod p50 − rr p50, ms", "mod", "rr", "p50", "-"),
+    ("(c) mod total CPU/req ÷ sg total CPU/req", "mod", "sg", "cpu", "/"),
+    ("mod CPU/req ÷ kv CPU/req", "mod", "kv", "cpu", "/"),
+    ("mod p50 − kv p50, ms", "mod", "kv", "p50", "-"),
+    ("mod CPU/req − rr CPU/req, µs", "mod", "rr", "cpu", "-"),
+    ("kv CPU/req − rr CPU/req, µs", "kv", "rr", "cpu", "-"),
+    ("mod p50 − direct p50, ms", "mod", "direct", "p50", "-"),
     ("kv p50 − sg p50, ms", "kv", "sg", "p50", "-"),
     ("kv p50 − direct p50, ms", "kv", "direct", "p50", "-"),
     ("sg p50 − direct p50, ms", "sg", "direct", "p50", "-"),
@@ -270,18 +374,21 @@ def parse_shapes(text, args):
     return shapes
 
 
-def measure(bench, targets, shapes, bodies, rounds):
-    """Every (target, shape) phase once per round; {(target, shape): [row per round]}."""
+def measure(bench, targets, shapes, bodies, rounds, answered):
+    """Every (target, shape) phase once per round; {(target, shape): [row per round]}. Adds the
+    responses to answered[kvroute instance]."""
     results, offset = {}, 0
     for r in range(rounds):
         order = targets[r % len(targets):] + targets[:r % len(targets)]
         for name, addr in order:
             groups = TARGETS[name].cpu + ("replicas",)
             for shape, conc, count, rate in shapes:
-                before = {g: sum(cpu_ns(p) for p in bench.procs[g]) for g in groups}
-                ph, wall = asyncio.run(run_phase(addr, bodies, count, conc, offset, rate))
-                used = {g: sum(cpu_ns(p) for p in bench.procs[g]) - before[g] for g in groups}
+                before = {g: bench.cpu(g) for g in groups}
+                ph, wall = asyncio.run(run_phase(addr, bodies, count, conc, offset, rate, routed=TARGETS[name].routed))
+                used = {g: bench.cpu(g) - before[g] for g in groups}
                 offset += count
+                if TARGETS[name].kvroute:
+                    answered[TARGETS[name].kvroute] += len(ph.lat)
                 n = max(1, len(ph.lat))
                 parts = {g: used[g] / 1e3 / n for g in TARGETS[name].cpu}
                 results.setdefault((name, shape), []).append({
@@ -320,8 +427,8 @@ def report(results, names, shapes):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--targets", help=f"comma-separated, of {','.join(TARGETS)} (default: rr,floor,kv,sg,direct; "
-                                      "with --stream-tokens kv-untimed too; with --smoke rr,kv)")
+    ap.add_argument("--targets", help=f"comma-separated, of {','.join(TARGETS)} (default: rr,floor,kv,mod,sg,direct; "
+                                      "with --stream-tokens kv-untimed too; with --smoke rr,kv,mod)")
     ap.add_argument("--shapes", default="c=1,1000/s,c=32", help="load shapes: c=N closed loop, R/s open loop")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=800, help="requests per phase at c=1")
@@ -338,15 +445,16 @@ def main():
     if args.smoke:
         args.rounds, args.requests, args.load_requests, warmup = 1, 20, 32, 20
         args.shapes = "c=1,c=32"
-    names = (args.targets or ("rr,kv" if args.smoke else "rr,floor,kv,sg,direct"
-                              + (",kv-untimed" if args.stream_tokens else ""))).split(",")
+    names = (args.targets or ("rr,kv,mod" if args.smoke else "rr,floor,kv,mod,sg,direct"
+                                  + (",kv-untimed" if args.stream_tokens else ""))).split(",")
     for n in names:
         if n not in TARGETS:
             sys.exit(f"unknown target {n!r}; known: {', '.join(TARGETS)}")
     shapes = parse_shapes(args.shapes, args)
     for b in (os.path.join(BIN, "kvroute-ext-proc"), os.path.join(BIN, "kvroute-sim"), ENVOY) + \
-            ((os.path.join(BIN, "examples", "floor"),) if "floor" in names else ()):
-        if not os.access(b, os.X_OK):
+            ((os.path.join(BIN, "examples", "floor"),) if "floor" in names else ()) + \
+            ((os.path.join(BIN, MODULE),) if "mod" in names else ()):
+        if not os.access(b, os.R_OK if b.endswith(".so") else os.X_OK):
             sys.exit(f"missing {b} (run: make bench-envoy)")
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # as Ctrl-C: stop the children
     work, ok = tempfile.mkdtemp(prefix="kvroute-bench."), False
@@ -359,20 +467,40 @@ def main():
         kind = f"streaming {args.stream_tokens} tokens" if args.stream_tokens else "max_tokens 1"
         print(f"body size {len(bodies[0])} bytes, {kind}; replicas at speed-up {args.speedup:g}; {args.rounds} rounds x "
               + ", ".join(f"{s}: {c}" for s, _, c, _ in shapes) + " requests per target; targets " + ",".join(names))
+        answered = Counter()  # responses per kvroute instance, which must have routed each once
         for n, addr in targets:  # warm-up: connections, index, allocator, sglang's tree
-            ph, _ = asyncio.run(run_phase(addr, bodies, warmup, 4, 0))
+            ph, _ = asyncio.run(run_phase(addr, bodies, warmup, 4, 0, routed=TARGETS[n].routed))
             if ph.errors:
                 sys.exit(f"{n}: warm-up failed: {Counter(map(str, ph.errors)).most_common(3)}")
-        results = measure(bench, targets, shapes, bodies, args.rounds)
+            if TARGETS[n].kvroute:
+                answered[TARGETS[n].kvroute] += len(ph.lat)
+        results = measure(bench, targets, shapes, bodies, args.rounds, answered)
         report(results, names, shapes)
-        for name, admin in bench.kvroute_admin.items():
-            metrics = urllib.request.urlopen(f"http://{admin}/metrics").read().decode()
-            value = lambda prefix: sum(float(l.rsplit(" ", 1)[1]) for l in metrics.splitlines() if l.startswith(prefix))
-            print(f"kvroute-ext-proc {name}: in-flight after the run {value('kvroute_pod_in_flight{'):g} (must be 0), "
-                  f"responses timed {value('kvroute_timed_responses_total'):g}")
+        failed = []
+        for name in sorted(answered):
+            metrics = lambda: urllib.request.urlopen(f"http://{bench.kvroute_admin[name]}/metrics").read().decode()
+            value = lambda text, prefix: sum(float(l.rsplit(" ", 1)[1]) for l in text.splitlines() if l.startswith(prefix))
+            deadline = time.time() + 2  # ext_proc: Envoy closes a side stream ~1 ms after its response
+            while value(text := metrics(), "kvroute_pod_in_flight{") and time.time() < deadline:
+                time.sleep(0.05)
+            in_flight, routed = value(text, "kvroute_pod_in_flight{"), value(text, "kvroute_routed_total{")
+            what = "the module in Envoy" if name == "module" else f"kvroute-ext-proc {name}"
+            print(f"kvroute {name} ({what}): in-flight after the run {in_flight:g} (must be 0), requests routed "
+                  f"{routed:g} (must be the {answered[name]} answered), responses timed "
+                  f"{value(text, 'kvroute_timed_responses_total'):g}")
+            if in_flight or routed != answered[name]:
+                failed.append(f"kvroute {name}: in-flight {in_flight:g}, routed {routed:g} of {answered[name]}")
+        if "module" in bench.procs:
+            print(f"the module's thread in Envoy: {bench.cpu('module') / 1e6:.0f} ms CPU since Envoy started "
+                  f"(left out of the other Envoy targets' CPU)")
         errors = Counter(str(e) for rows in results.values() for x in rows for e in x["errors"])
         if errors:
-            print(f"FAILED: {sum(errors.values())} requests failed: {dict(errors.most_common(5))}")
+            failed.append(f"{sum(errors.values())} requests failed: {dict(errors.most_common(5))}")
+            if UNROUTED in errors or MISROUTED in errors:
+                failed.append(f"{errors[UNROUTED] + errors[MISROUTED]} responses not routed by kvroute "
+                              "(without a target-pod header, or from another replica than it names)")
+        if failed:
+            print("FAILED: " + "; ".join(failed))
             return 1
         ok = True
         return 0

@@ -11,14 +11,16 @@ import sys
 import time
 
 PROCS = []
+UNROUTED = "200 without target-pod"  # a failure of a request kvroute should have routed
+MISROUTED = "target-pod is not the replica that answered"
 
 
-def start(cmd, log, marker=None, timeout=30.0):
-    """Starts cmd with stderr (and stdout, without marker) to log; with marker, waits for a
-    stdout line containing it and returns it too."""
+def start(cmd, log, marker=None, timeout=30.0, env=None):
+    """Starts cmd with stderr (and stdout, without marker) to log, with env added to this
+    process's environment; with marker, waits for a stdout line containing it and returns it too."""
     out = open(log, "w")
     p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if marker else out,
-                         stderr=out, text=True)
+                         stderr=out, text=True, env=dict(os.environ, **env) if env else None)
     PROCS.append(p)
     if not marker:
         return p, None
@@ -71,8 +73,9 @@ def tree_pids(pid):
     return pids
 
 
-def cpu_ns(pid):
-    """CPU time of pid's process tree so far, ns: the sum of its threads' /proc schedstat run times."""
+def cpu_ns(pid, threads=None, exclude=False):
+    """CPU time of pid's process tree so far, ns: the sum of its threads' /proc schedstat run times.
+    threads (a set of thread names, /proc/.../comm): only those threads, or with exclude all but those."""
     total = 0
     for p in tree_pids(pid):
         try:
@@ -81,6 +84,10 @@ def cpu_ns(pid):
             continue
         for t in tasks:
             try:
+                if threads is not None:
+                    with open(f"/proc/{p}/task/{t}/comm") as f:
+                        if (f.read().strip() in threads) == exclude:
+                            continue
                 with open(f"/proc/{p}/task/{t}/schedstat") as f:
                     total += int(f.read().split()[0])
             except OSError:
@@ -108,16 +115,18 @@ def study_bodies(n, repeats=300, seed=7, stream_tokens=0):
 
 
 class Phase:
-    """One phase's outcome: latencies (s), failures (status or exception name), replicas that answered."""
+    """One phase's outcome: latencies (s), failures (status, exception name, UNROUTED or
+    MISROUTED), replicas that answered."""
 
     def __init__(self):
         self.lat, self.errors, self.replicas = [], [], collections.Counter()
 
 
-async def one_conn(host, port, reqs, ph, starts=None):
+async def one_conn(host, port, reqs, ph, starts=None, routed=False):
     """Sends reqs one after the other over one keep-alive connection (at starts[i] if given).
-    A failure (a status other than 200, a broken connection) is recorded, never raised; a broken
-    connection fails its remaining requests."""
+    A failure (a status other than 200, a broken connection; with routed, a 200 without kvroute's
+    target-pod response header or from another replica than it names) is recorded, never raised;
+    a broken connection fails its remaining requests."""
     done = 0
     try:
         reader, writer = await asyncio.open_connection(host, port)
@@ -131,7 +140,7 @@ async def one_conn(host, port, reqs, ph, starts=None):
             writer.write(req)
             head = await reader.readuntil(b"\r\n\r\n")
             status = int(head.split(b" ", 2)[1])
-            length, chunked = 0, False
+            length, chunked, pod, replica = 0, False, None, None
             for line in head.split(b"\r\n"):
                 low = line.lower()
                 if low.startswith(b"content-length:"):
@@ -139,7 +148,10 @@ async def one_conn(host, port, reqs, ph, starts=None):
                 elif low == b"transfer-encoding: chunked":
                     chunked = True
                 elif low.startswith(b"x-kvroute-sim-replica:"):
-                    ph.replicas[line[22:].strip().decode()] += 1
+                    replica = line[22:].strip().decode()
+                    ph.replicas[replica] += 1
+                elif low.startswith(b"target-pod:"):
+                    pod = line[11:].strip().decode()
             if chunked:  # SSE: chunks until the last (size 0)
                 while True:
                     size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
@@ -152,29 +164,34 @@ async def one_conn(host, port, reqs, ph, starts=None):
             done += 1
             if status != 200:
                 ph.errors.append(status)
+            elif routed and pod is None:
+                ph.errors.append(UNROUTED)
+            elif routed and pod != replica:
+                ph.errors.append(MISROUTED)
         writer.close()
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, IndexError) as e:
         ph.errors += [type(e).__name__] * (len(reqs) - done)
 
 
-async def run_phase(addr, bodies, count, conc, offset, rate=None, timeout=120.0):
+async def run_phase(addr, bodies, count, conc, offset, rate=None, timeout=120.0, routed=False):
     """count requests (rounded down to a multiple of conc, at least conc) over conc connections:
     closed loop, or open loop at rate requests/s (connection c sends its i-th request at
     t0 + (i * conc + c) / rate, or at once if late). Requests not answered within timeout
-    seconds are failures. Returns (Phase, wall seconds)."""
+    seconds are failures; with routed, so is a 200 without a target-pod header (a request
+    kvroute did not route) or from another replica than it names. Returns (Phase, wall seconds)."""
     host, port = addr.rsplit(":", 1)
     ph = Phase()
     per = max(1, count // conc)
     chunks = [[bodies[(offset + c * per + i) % len(bodies)] for i in range(per)] for c in range(conc)]
     t0 = time.perf_counter()
     starts = [[t0 + (i * conc + c) / rate for i in range(per)] for c in range(conc)] if rate else [None] * conc
-    tasks = [asyncio.ensure_future(one_conn(host, int(port), ch, ph, starts[c])) for c, ch in enumerate(chunks)]
+    tasks = [asyncio.ensure_future(one_conn(host, int(port), ch, ph, starts[c], routed)) for c, ch in enumerate(chunks)]
     _, late = await asyncio.wait(tasks, timeout=timeout)
     if late:
         for t in late:
             t.cancel()
         await asyncio.gather(*late, return_exceptions=True)
-        broken = sum(isinstance(e, str) for e in ph.errors)  # requests of broken connections
+        broken = sum(isinstance(e, str) and e not in (UNROUTED, MISROUTED) for e in ph.errors)  # requests of broken connections
         ph.errors += ["timeout"] * (per * conc - len(ph.lat) - broken)
     return ph, time.perf_counter() - t0
 
