@@ -71,6 +71,17 @@
 #define KVROUTE_ENGINE_TIMING_INTER_TOKEN (1 << 1)
 
 /**
+ * vLLM's default KV-cache block size in tokens (its `--block-size`): the `block_tokens` of
+ * `kvroute_router_route_tokens()` for an engine run with the default.
+ */
+#define KVROUTE_DEFAULT_BLOCK_TOKENS 16
+
+/**
+ * The largest `block_tokens` accepted.
+ */
+#define KVROUTE_MAX_BLOCK_TOKENS 65536
+
+/**
  * The result of every fallible `kvroute_` function. `KVROUTE_STATUS_OK` (0) is success; every
  * other value is an error, and no output parameter was written (except `*out_n` on
  * `KVROUTE_STATUS_INSUFFICIENT_SIZE`, which holds the buffer size needed).
@@ -1071,6 +1082,40 @@ kvroute_status kvroute_prefix_hashes(size_t block_size,
                                      size_t *out_n);
 
 /**
+ * Computes the token-block keys of a tokenized prompt, as `kvroute_router_route_tokens()` keys
+ * it with `seed` the router's hash seed, into `(buf, len)`: for callers that precompute keys
+ * (and route on them with `kvroute_router_route_keys()`) or check them.
+ *
+ * The scheme (kvroute's own): the ids are cut into blocks of `block_tokens` tokens, a trailing
+ * partial block ignored; block `i`'s key is
+ * `XXH64_seed(LE64(parent) || LE32(id) for each id of the block || extras)`, where `parent` is
+ * `seed ^ 0x746f6b656e730001` for the first block and the previous block's key after it, and
+ * `extras` is `0x01 || LE32(length) || name` for the LoRA adapter (every block) followed by
+ * `0x02 || LE32(length) || salt` for the cache salt (first block only), each present only when
+ * given.
+ *
+ * `(tokens, tokens_len)` is the prompt's token ids (`(NULL, 0)`: none); `(lora, lora_len)`
+ * and `(cache_salt, cache_salt_len)` are as in `kvroute_router_route_tokens()` (`(NULL, 0)` or
+ * empty: no LoRA, no salt). All are borrowed for the call only. On success `*out_n` is the
+ * number of keys (`tokens_len / block_tokens`). If `len` is too small, returns
+ * `KVROUTE_STATUS_INSUFFICIENT_SIZE` with `*out_n` set to that number and `buf` untouched;
+ * `(NULL, 0)` is a valid count query. Returns `KVROUTE_STATUS_INVALID_PARAMETER` for a
+ * `block_tokens` of 0 or above `KVROUTE_MAX_BLOCK_TOKENS`, `KVROUTE_STATUS_INVALID_UTF8` for a
+ * LoRA name or salt that is not UTF-8.
+ */
+kvroute_status kvroute_token_block_keys(uint32_t block_tokens,
+                                        uint64_t seed,
+                                        const uint32_t *tokens,
+                                        size_t tokens_len,
+                                        const uint8_t *lora,
+                                        size_t lora_len,
+                                        const uint8_t *cache_salt,
+                                        size_t cache_salt_len,
+                                        uint64_t *buf,
+                                        size_t len,
+                                        size_t *out_n);
+
+/**
  * Extracts the prompt text of an OpenAI-style JSON body exactly as
  * `kvroute_router_route_json()` does, into `(buf, len)`, NUL-terminated. On success `*out_n` is
  * its length in bytes without the NUL. If `len` is too small, returns
@@ -1332,6 +1377,115 @@ kvroute_status kvroute_router_route_json_subset(struct kvroute_router *router,
                                                 size_t endpoint_subset_len,
                                                 uint64_t now_ms,
                                                 struct kvroute_decision *decision_out);
+
+/**
+ * Routes one request whose prompt is given as token ids: the prompt tokenized with the
+ * model's tokenizer and chat template exactly as the engine (vLLM) tokenizes it, for proxies
+ * that tokenize requests themselves. The ids are cut into blocks of `block_tokens` tokens and
+ * keyed with the router's hash seed, outside the router's lock (`kvroute_token_block_keys()`
+ * computes the same keys), so that a block of the prefix index is a block of the engine's KV
+ * cache; `least-ttft` then counts the prompt exactly, as `tokens_len` tokens, where the byte
+ * calls estimate tokens from bytes.
+ *
+ * - `(model, model_len)`: the model name, UTF-8, required.
+ * - `(tokens, tokens_len)`: the prompt's token ids, at most `UINT32_MAX`; `(NULL, 0)` is an
+ *   empty prompt. A trailing partial block is not keyed (the engine caches full blocks only)
+ *   but counts in the prompt's length.
+ * - `block_tokens`: the engine's KV-cache block size in tokens (vLLM's `--block-size`;
+ *   `KVROUTE_DEFAULT_BLOCK_TOKENS` is vLLM's default), 1 to `KVROUTE_MAX_BLOCK_TOKENS`, else
+ *   `KVROUTE_STATUS_INVALID_PARAMETER`. Keys of different block sizes never match: route a
+ *   model's requests with one size.
+ * - `(lora, lora_len)`: the name of the LoRA adapter the request runs with, part of every
+ *   block's key; `(NULL, 0)` or empty for none. UTF-8.
+ * - `(cache_salt, cache_salt_len)`: the request's `cache_salt`, part of the first block's key
+ *   (and so, through the chain, of every block's); `(NULL, 0)` or empty for none (vLLM
+ *   ignores an empty salt too). UTF-8.
+ * - `(strategy, strategy_len)`: as in `kvroute_router_route()`.
+ * - `max_output_tokens`: the request's output-token limit (`max_completion_tokens`, else
+ *   `max_tokens`), which caps the decode `least-ttft` predicts for it; 0 for none (vLLM
+ *   rejects a limit of 0, so 0 never names a real one).
+ * - `now_ms`: as in `kvroute_router_route()`.
+ *
+ * Every input is borrowed for the call only. On success `*decision_out` holds the chosen pod
+ * and a ticket, as in `kvroute_router_route()`; `total_blocks` counts token blocks. On any
+ * error nothing changed and `*decision_out` is untouched: the statuses of
+ * `kvroute_router_route()` (`KVROUTE_STATUS_INVALID_UTF8` also for `lora` and `cache_salt`),
+ * and `KVROUTE_STATUS_INVALID_PARAMETER` for a `block_tokens` out of range or more than
+ * `UINT32_MAX` tokens.
+ */
+kvroute_status kvroute_router_route_tokens(struct kvroute_router *router,
+                                           const uint8_t *model,
+                                           size_t model_len,
+                                           const uint32_t *tokens,
+                                           size_t tokens_len,
+                                           uint32_t block_tokens,
+                                           const uint8_t *lora,
+                                           size_t lora_len,
+                                           const uint8_t *cache_salt,
+                                           size_t cache_salt_len,
+                                           const uint8_t *strategy,
+                                           size_t strategy_len,
+                                           uint32_t max_output_tokens,
+                                           uint64_t now_ms,
+                                           struct kvroute_decision *decision_out);
+
+/**
+ * `kvroute_router_route_tokens()` restricted to an endpoint subset, with the subset's rules and
+ * statuses as in `kvroute_router_route_subset()`.
+ */
+kvroute_status kvroute_router_route_tokens_subset(struct kvroute_router *router,
+                                                  const uint8_t *model,
+                                                  size_t model_len,
+                                                  const uint32_t *tokens,
+                                                  size_t tokens_len,
+                                                  uint32_t block_tokens,
+                                                  const uint8_t *lora,
+                                                  size_t lora_len,
+                                                  const uint8_t *cache_salt,
+                                                  size_t cache_salt_len,
+                                                  const uint8_t *strategy,
+                                                  size_t strategy_len,
+                                                  uint32_t max_output_tokens,
+                                                  const char *const *endpoint_subset,
+                                                  size_t endpoint_subset_len,
+                                                  uint64_t now_ms,
+                                                  struct kvroute_decision *decision_out);
+
+/**
+ * Routes one request on token-block keys the caller already holds: computed with
+ * `kvroute_token_block_keys()` (to route a request again, on a retry, without keying it
+ * again, or to use the keys elsewhere too), or by the caller's own implementation of the
+ * scheme. `kvroute_router_route_tokens_subset()` is this call after keying.
+ *
+ * - `(keys, keys_len)`: the keys of the prompt's complete blocks, in order; `(NULL, 0)` for a
+ *   prompt without one. They match what other requests of the model were routed with only
+ *   when computed the same way: to share the index with `kvroute_router_route_tokens()`, key
+ *   with the router's hash seed (fix it with `kvroute_config_builder_set_hash_seed()`, else it
+ *   derives from the seed) and the same `block_tokens`.
+ * - `prompt_tokens`: the prompt's length in tokens, its partial last block included;
+ *   `block_tokens`: the size the keys were cut at, 1 to `KVROUTE_MAX_BLOCK_TOKENS`. Both
+ *   feed `least-ttft`. `keys_len * block_tokens` above `prompt_tokens` (more blocks than the
+ *   prompt has) or a `block_tokens` out of range is `KVROUTE_STATUS_INVALID_PARAMETER`.
+ * - `(endpoint_subset, endpoint_subset_len)`: the endpoint subset as in
+ *   `kvroute_router_route_subset()`; `(NULL, 0)` for none.
+ *
+ * The other inputs, the output and the statuses are as in
+ * `kvroute_router_route_tokens_subset()`.
+ */
+kvroute_status kvroute_router_route_keys(struct kvroute_router *router,
+                                         const uint8_t *model,
+                                         size_t model_len,
+                                         const uint64_t *keys,
+                                         size_t keys_len,
+                                         uint32_t prompt_tokens,
+                                         uint32_t block_tokens,
+                                         const uint8_t *strategy,
+                                         size_t strategy_len,
+                                         uint32_t max_output_tokens,
+                                         const char *const *endpoint_subset,
+                                         size_t endpoint_subset_len,
+                                         uint64_t now_ms,
+                                         struct kvroute_decision *decision_out);
 
 /**
  * Releases a ticket's in-flight slot: call it exactly once per successful route, when the

@@ -31,10 +31,11 @@ ffi-lib:
 test-c: ffi-lib
 	mkdir -p $(FFI_BUILD)
 	$(ROOT)/tests/c/readme.sh check
-	set -e; for t in test_api smoke scenario readme_example; do \
+	set -e; for t in test_api test_tokens smoke scenario readme_example; do \
 	  $(FFI_CC) $(FFI_CFLAGS) $(FFI_SAN) $(ROOT)/tests/c/$$t.c $(FFI_DEBUG_DIR)/libkvroute.a $(FFI_LIBS) -o $(FFI_BUILD)/$$t; \
 	done
 	$(FFI_BUILD)/test_api $(ROOT)/tests/vectors/prefix_hash_v1.json
+	$(FFI_BUILD)/test_tokens
 	$(FFI_BUILD)/smoke
 	$(FFI_BUILD)/readme_example | diff -u $(ROOT)/tests/c/readme_example.out -
 	$(FFI_BUILD)/scenario $(ROOT)/tests/c/scenario.txt > $(FFI_BUILD)/scenario.c.out

@@ -3,7 +3,8 @@
 //
 // A Router is safe for concurrent use by many goroutines: the library locks internally and
 // hashes prompts outside its lock. Create one with NewRouter, register pods, then for every
-// request call Route (or RouteJSON with the request body) and, when the response ends,
+// request call Route (or RouteJSON with the request body, or RouteTokens with its token ids
+// when the proxy tokenizes requests as the engine does) and, when the response ends,
 // Complete with the decision's ticket, exactly once. A streaming proxy may also report the
 // first token with FirstToken as soon as it arrives (least-ttft learns from it earlier).
 //

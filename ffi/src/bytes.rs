@@ -59,3 +59,17 @@ macro_rules! try_str {
         try_status!($crate::bytes::utf8(try_slice!($data, $len)))
     };
 }
+
+/// `Option<&str>` from `(data, len)`: `None` for `(NULL, 0)` or an empty string (an absent
+/// strategy, LoRA adapter or cache salt), else the UTF-8 text; `NULL_PARAMETER` or
+/// `INVALID_UTF8` returned from the enclosing function.
+macro_rules! try_opt_str {
+    ( $data:expr, $len:expr ) => {{
+        let s = try_str!($data, $len);
+        if s.is_empty() {
+            None
+        } else {
+            Some(s)
+        }
+    }};
+}

@@ -5,8 +5,8 @@ use std::ffi::c_char;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use kvroute_core::{
-    Completion, Decision, HashConfig, HealthEvent, RouteRequest, Router, StrategySpec, Ticket,
-    Timestamp,
+    BlockExtras, BlockHash, Completion, Decision, HashConfig, HealthEvent, PromptTokens,
+    RouteRequest, Router, StrategySpec, Ticket, Timestamp, TokenKeyConfig,
 };
 use parking_lot::{Mutex, MutexGuard};
 
@@ -134,12 +134,12 @@ impl RouterHandle {
         Ok(locked.router.complete(ticket, completion, now)?.health)
     }
 
-    /// Hashes `prompt`, parses `strategy` and routes (with the request's output-token limit,
+    /// Keys `prompt`, parses `strategy` and routes (with the request's output-token limit,
     /// if known, and its endpoint subset, if any), locking only for the routing itself.
     fn route(
         &self,
         model: &str,
-        prompt: &[u8],
+        prompt: Prompt<'_>,
         strategy: Option<&str>,
         max_output_tokens: Option<u32>,
         endpoint_subset: Option<&[&str]>,
@@ -147,8 +147,23 @@ impl RouterHandle {
     ) -> Result<kvroute_decision, kvroute_status> {
         self.check()?;
         let spec = strategy.map(StrategySpec::parse).transpose()?;
-        let hashes = self.hash.hashes(prompt);
+        let (hashes, tokens) = match prompt {
+            Prompt::Bytes(bytes) => (self.hash.hashes(bytes), None),
+            Prompt::Tokens { ids, keys, extras } => {
+                let size = PromptTokens {
+                    prompt_tokens: prompt_len(ids)?,
+                    block_tokens: keys.block_tokens(),
+                };
+                (keys.keys(ids, extras), Some(size))
+            }
+            Prompt::Keys { keys, size } => {
+                (keys.iter().copied().map(BlockHash).collect(), Some(size))
+            }
+        };
         let mut req = RouteRequest::new(model, &hashes).with_max_output_tokens(max_output_tokens);
+        if let Some(size) = tokens {
+            req = req.with_tokens(size);
+        }
         if let Some(spec) = &spec {
             req = req.with_strategy(spec);
         }
@@ -161,18 +176,34 @@ impl RouterHandle {
         locked.decisions.insert(out.ticket, decision);
         Ok(out)
     }
+
+    /// What token keying needs for blocks of `block_tokens` tokens: the router's hash seed (the
+    /// core's `Router::token_key_config`, without the lock), or `INVALID_PARAMETER`.
+    fn token_keys(&self, block_tokens: u32) -> Result<TokenKeyConfig, kvroute_status> {
+        TokenKeyConfig::new(block_tokens, self.hash.seed())
+            .map_err(|_| kvroute_status::InvalidParameter)
+    }
 }
 
-/// `None` for an absent strategy (`(NULL, 0)` or empty), else the UTF-8 text.
-macro_rules! try_opt_str {
-    ( $data:expr, $len:expr ) => {{
-        let s = try_str!($data, $len);
-        if s.is_empty() {
-            None
-        } else {
-            Some(s)
-        }
-    }};
+/// A request's prompt as a route call received it; [`RouterHandle::route`] turns it into block
+/// keys outside the lock.
+enum Prompt<'a> {
+    /// Bytes, cut into the router's byte blocks (hash scheme v1).
+    Bytes(&'a [u8]),
+    /// Token ids, keyed in token blocks with the router's seed.
+    Tokens {
+        ids: &'a [u32],
+        keys: TokenKeyConfig,
+        extras: BlockExtras<'a>,
+    },
+    /// Token-block keys the caller computed, of a prompt of this size.
+    Keys { keys: &'a [u64], size: PromptTokens },
+}
+
+/// A tokenized prompt's length as the core counts it, or `INVALID_PARAMETER` above
+/// `UINT32_MAX` tokens.
+fn prompt_len(ids: &[u32]) -> Result<u32, kvroute_status> {
+    u32::try_from(ids.len()).map_err(|_| kvroute_status::InvalidParameter)
 }
 
 /// The addresses of an optional endpoint subset given as `(const char *const *subset, size_t
@@ -299,7 +330,7 @@ pub extern "C" fn kvroute_router_route_subset(
         let prompt = try_slice!(prompt, prompt_len);
         let strategy = try_opt_str!(strategy, strategy_len);
         let subset = try_subset!(endpoint_subset, endpoint_subset_len);
-        let decision = try_status!(r.route(model, prompt, strategy, None, subset.as_deref(), now_ms));
+        let decision = try_status!(r.route(model, Prompt::Bytes(prompt), strategy, None, subset.as_deref(), now_ms));
         handle::set_out(out, decision);
         kvroute_status::Ok
     }
@@ -375,7 +406,177 @@ pub extern "C" fn kvroute_router_route_json_subset(
         };
         let prompt = parsed.prompt.as_bytes();
         let limit = parsed.max_output_tokens;
+        let decision = try_status!(r.route(model, Prompt::Bytes(prompt), strategy, limit, subset.as_deref(), now_ms));
+        handle::set_out(out, decision);
+        kvroute_status::Ok
+    }
+}
+
+/// Routes one request whose prompt is given as token ids: the prompt tokenized with the
+/// model's tokenizer and chat template exactly as the engine (vLLM) tokenizes it, for proxies
+/// that tokenize requests themselves. The ids are cut into blocks of `block_tokens` tokens and
+/// keyed with the router's hash seed, outside the router's lock (`kvroute_token_block_keys()`
+/// computes the same keys), so that a block of the prefix index is a block of the engine's KV
+/// cache; `least-ttft` then counts the prompt exactly, as `tokens_len` tokens, where the byte
+/// calls estimate tokens from bytes.
+///
+/// - `(model, model_len)`: the model name, UTF-8, required.
+/// - `(tokens, tokens_len)`: the prompt's token ids, at most `UINT32_MAX`; `(NULL, 0)` is an
+///   empty prompt. A trailing partial block is not keyed (the engine caches full blocks only)
+///   but counts in the prompt's length.
+/// - `block_tokens`: the engine's KV-cache block size in tokens (vLLM's `--block-size`;
+///   `KVROUTE_DEFAULT_BLOCK_TOKENS` is vLLM's default), 1 to `KVROUTE_MAX_BLOCK_TOKENS`, else
+///   `KVROUTE_STATUS_INVALID_PARAMETER`. Keys of different block sizes never match: route a
+///   model's requests with one size.
+/// - `(lora, lora_len)`: the name of the LoRA adapter the request runs with, part of every
+///   block's key; `(NULL, 0)` or empty for none. UTF-8.
+/// - `(cache_salt, cache_salt_len)`: the request's `cache_salt`, part of the first block's key
+///   (and so, through the chain, of every block's); `(NULL, 0)` or empty for none (vLLM
+///   ignores an empty salt too). UTF-8.
+/// - `(strategy, strategy_len)`: as in `kvroute_router_route()`.
+/// - `max_output_tokens`: the request's output-token limit (`max_completion_tokens`, else
+///   `max_tokens`), which caps the decode `least-ttft` predicts for it; 0 for none (vLLM
+///   rejects a limit of 0, so 0 never names a real one).
+/// - `now_ms`: as in `kvroute_router_route()`.
+///
+/// Every input is borrowed for the call only. On success `*decision_out` holds the chosen pod
+/// and a ticket, as in `kvroute_router_route()`; `total_blocks` counts token blocks. On any
+/// error nothing changed and `*decision_out` is untouched: the statuses of
+/// `kvroute_router_route()` (`KVROUTE_STATUS_INVALID_UTF8` also for `lora` and `cache_salt`),
+/// and `KVROUTE_STATUS_INVALID_PARAMETER` for a `block_tokens` out of range or more than
+/// `UINT32_MAX` tokens.
+#[no_mangle]
+pub extern "C" fn kvroute_router_route_tokens(
+    router: *mut kvroute_router,
+    model: *const u8,
+    model_len: usize,
+    tokens: *const u32,
+    tokens_len: usize,
+    block_tokens: u32,
+    lora: *const u8,
+    lora_len: usize,
+    cache_salt: *const u8,
+    cache_salt_len: usize,
+    strategy: *const u8,
+    strategy_len: usize,
+    max_output_tokens: u32,
+    now_ms: u64,
+    decision_out: *mut kvroute_decision,
+) -> kvroute_status {
+    // The subset call has its own panic boundary.
+    kvroute_router_route_tokens_subset(
+        router,
+        model,
+        model_len,
+        tokens,
+        tokens_len,
+        block_tokens,
+        lora,
+        lora_len,
+        cache_salt,
+        cache_salt_len,
+        strategy,
+        strategy_len,
+        max_output_tokens,
+        std::ptr::null(),
+        0,
+        now_ms,
+        decision_out,
+    )
+}
+
+/// `kvroute_router_route_tokens()` restricted to an endpoint subset, with the subset's rules and
+/// statuses as in `kvroute_router_route_subset()`.
+#[no_mangle]
+pub extern "C" fn kvroute_router_route_tokens_subset(
+    router: *mut kvroute_router,
+    model: *const u8,
+    model_len: usize,
+    tokens: *const u32,
+    tokens_len: usize,
+    block_tokens: u32,
+    lora: *const u8,
+    lora_len: usize,
+    cache_salt: *const u8,
+    cache_salt_len: usize,
+    strategy: *const u8,
+    strategy_len: usize,
+    max_output_tokens: u32,
+    endpoint_subset: *const *const c_char,
+    endpoint_subset_len: usize,
+    now_ms: u64,
+    decision_out: *mut kvroute_decision,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let out = try_out!(decision_out);
+        let model = try_str!(model, model_len);
+        let ids = try_opt_array!(tokens, tokens_len).unwrap_or_default();
+        let extras = BlockExtras {
+            lora: try_opt_str!(lora, lora_len),
+            cache_salt: try_opt_str!(cache_salt, cache_salt_len),
+        };
+        let strategy = try_opt_str!(strategy, strategy_len);
+        let subset = try_subset!(endpoint_subset, endpoint_subset_len);
+        let keys = try_status!(r.token_keys(block_tokens));
+        let prompt = Prompt::Tokens { ids, keys, extras };
+        let limit = (max_output_tokens != 0).then_some(max_output_tokens);
         let decision = try_status!(r.route(model, prompt, strategy, limit, subset.as_deref(), now_ms));
+        handle::set_out(out, decision);
+        kvroute_status::Ok
+    }
+}
+
+/// Routes one request on token-block keys the caller already holds: computed with
+/// `kvroute_token_block_keys()` (to route a request again, on a retry, without keying it
+/// again, or to use the keys elsewhere too), or by the caller's own implementation of the
+/// scheme. `kvroute_router_route_tokens_subset()` is this call after keying.
+///
+/// - `(keys, keys_len)`: the keys of the prompt's complete blocks, in order; `(NULL, 0)` for a
+///   prompt without one. They match what other requests of the model were routed with only
+///   when computed the same way: to share the index with `kvroute_router_route_tokens()`, key
+///   with the router's hash seed (fix it with `kvroute_config_builder_set_hash_seed()`, else it
+///   derives from the seed) and the same `block_tokens`.
+/// - `prompt_tokens`: the prompt's length in tokens, its partial last block included;
+///   `block_tokens`: the size the keys were cut at, 1 to `KVROUTE_MAX_BLOCK_TOKENS`. Both
+///   feed `least-ttft`. `keys_len * block_tokens` above `prompt_tokens` (more blocks than the
+///   prompt has) or a `block_tokens` out of range is `KVROUTE_STATUS_INVALID_PARAMETER`.
+/// - `(endpoint_subset, endpoint_subset_len)`: the endpoint subset as in
+///   `kvroute_router_route_subset()`; `(NULL, 0)` for none.
+///
+/// The other inputs, the output and the statuses are as in
+/// `kvroute_router_route_tokens_subset()`.
+#[no_mangle]
+pub extern "C" fn kvroute_router_route_keys(
+    router: *mut kvroute_router,
+    model: *const u8,
+    model_len: usize,
+    keys: *const u64,
+    keys_len: usize,
+    prompt_tokens: u32,
+    block_tokens: u32,
+    strategy: *const u8,
+    strategy_len: usize,
+    max_output_tokens: u32,
+    endpoint_subset: *const *const c_char,
+    endpoint_subset_len: usize,
+    now_ms: u64,
+    decision_out: *mut kvroute_decision,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let out = try_out!(decision_out);
+        let model = try_str!(model, model_len);
+        let keys = try_opt_array!(keys, keys_len).unwrap_or_default();
+        let strategy = try_opt_str!(strategy, strategy_len);
+        let subset = try_subset!(endpoint_subset, endpoint_subset_len);
+        try_status!(r.token_keys(block_tokens));
+        if keys.len() as u64 * u64::from(block_tokens) > u64::from(prompt_tokens) {
+            return kvroute_status::InvalidParameter;
+        }
+        let size = PromptTokens { prompt_tokens, block_tokens };
+        let limit = (max_output_tokens != 0).then_some(max_output_tokens);
+        let decision = try_status!(r.route(model, Prompt::Keys { keys, size }, strategy, limit, subset.as_deref(), now_ms));
         handle::set_out(out, decision);
         kvroute_status::Ok
     }

@@ -1,6 +1,6 @@
 /* The C API's contract, from C: lifecycle, every status path, outputs only on success, the
  * version macros against the linked library, pod health (outcomes, ejection and probing,
- * active checks), endpoint subsets, prompt extraction and the golden hash vectors.
+ * active checks), endpoint subsets, prompt extraction and the golden hash vectors (token ids: test_tokens.c).
  *
  * Usage: test_api VECTORS_JSON   (tests/vectors/prefix_hash_v1.json) */
 #include <inttypes.h>

@@ -1,0 +1,902 @@
+//! The token-id and token-block-key calls.
+
+use std::ptr;
+
+use super::*;
+
+/// `(ptr, len)` of an optional byte string: `(NULL, 0)` for `None`.
+fn opt_bytes(s: Option<&[u8]>) -> (*const u8, usize) {
+    s.map_or((ptr::null(), 0), |s| (s.as_ptr(), s.len()))
+}
+
+/// `kvroute_router_route_tokens` on model `m` with the default strategy and no limit.
+fn route_tokens(
+    r: *mut kvroute_router,
+    ids: &[u32],
+    block_tokens: u32,
+    lora: Option<&[u8]>,
+    salt: Option<&[u8]>,
+    now: u64,
+) -> Result<kvroute_decision, kvroute_status> {
+    let (lp, ln) = opt_bytes(lora);
+    let (sp, sn) = opt_bytes(salt);
+    let mut d = kvroute_decision::default();
+    match kvroute_router_route_tokens(
+        r,
+        b"m".as_ptr(),
+        1,
+        ids.as_ptr(),
+        ids.len(),
+        block_tokens,
+        lp,
+        ln,
+        sp,
+        sn,
+        ptr::null(),
+        0,
+        0,
+        now,
+        &mut d,
+    ) {
+        kvroute_status::Ok => Ok(d),
+        e => Err(e),
+    }
+}
+
+/// `kvroute_token_block_keys` into a vector, through its count query.
+fn token_keys(
+    block_tokens: u32,
+    seed: u64,
+    ids: &[u32],
+    lora: Option<&[u8]>,
+    salt: Option<&[u8]>,
+) -> Result<Vec<u64>, kvroute_status> {
+    let (lp, ln) = opt_bytes(lora);
+    let (sp, sn) = opt_bytes(salt);
+    let call = |buf: &mut [u64], n: &mut usize| {
+        let p = if buf.is_empty() {
+            ptr::null_mut()
+        } else {
+            buf.as_mut_ptr()
+        };
+        kvroute_token_block_keys(
+            block_tokens,
+            seed,
+            ids.as_ptr(),
+            ids.len(),
+            lp,
+            ln,
+            sp,
+            sn,
+            p,
+            buf.len(),
+            n,
+        )
+    };
+    let mut n = usize::MAX;
+    match call(&mut [], &mut n) {
+        kvroute_status::Ok => return Ok(Vec::new()),
+        kvroute_status::InsufficientSize => {}
+        e => return Err(e),
+    }
+    let mut keys = vec![0u64; n];
+    match call(&mut keys, &mut n) {
+        kvroute_status::Ok => Ok(keys[..n].to_vec()),
+        e => Err(e),
+    }
+}
+
+/// A router seeded 7 with a fixed hash seed, so that keys can be computed outside it.
+fn new_router_with_hash_seed(strategy: &str, hash_seed: u64) -> *mut kvroute_router {
+    let b = kvroute_config_builder_new();
+    assert_eq!(kvroute_config_builder_set_seed(b, 7), kvroute_status::Ok);
+    assert_eq!(
+        kvroute_config_builder_set_hash_seed(b, hash_seed),
+        kvroute_status::Ok
+    );
+    assert_eq!(
+        kvroute_config_builder_set_strategy(b, strategy.as_ptr(), strategy.len()),
+        kvroute_status::Ok
+    );
+    let mut config = ptr::null();
+    assert_eq!(
+        kvroute_config_builder_build(b, &mut config),
+        kvroute_status::Ok
+    );
+    let mut router = ptr::null_mut();
+    assert_eq!(kvroute_router_new(config, &mut router), kvroute_status::Ok);
+    kvroute_config_free(config);
+    router
+}
+
+/// `n` token ids, the same for the same `family` (a shared prefix), from a small LCG.
+fn ids(family: u32, n: usize) -> Vec<u32> {
+    let mut x = u64::from(family).wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (x >> 40) as u32 % 128_000
+        })
+        .collect()
+}
+
+#[test]
+fn token_block_keys_are_the_cores() {
+    use kvroute_core::{BlockExtras, TokenKeyConfig};
+    let prompt = ids(1, 100);
+    for (block, seed) in [(16u32, 0u64), (16, 42), (1, 7), (64, u64::MAX), (100, 3)] {
+        let config = TokenKeyConfig::new(block, seed).unwrap();
+        for (lora, salt) in [
+            (None, None),
+            (Some("sql-adapter"), None),
+            (None, Some("tenant-1")),
+            (Some("sql-adapter"), Some("tenant-1")),
+        ] {
+            let core: Vec<u64> = config
+                .keys(
+                    &prompt,
+                    BlockExtras {
+                        lora,
+                        cache_salt: salt,
+                    },
+                )
+                .into_iter()
+                .map(|k| k.0)
+                .collect();
+            let got = token_keys(
+                block,
+                seed,
+                &prompt,
+                lora.map(str::as_bytes),
+                salt.map(str::as_bytes),
+            );
+            assert_eq!(
+                got.as_deref(),
+                Ok(&core[..]),
+                "{block} {seed} {lora:?} {salt:?}"
+            );
+            assert_eq!(core.len(), 100 / block as usize);
+        }
+    }
+    // An empty LoRA name or salt is none, as (NULL, 0) is (vLLM ignores an empty salt).
+    assert_eq!(
+        token_keys(16, 5, &prompt, Some(b""), Some(b"")),
+        token_keys(16, 5, &prompt, None, None)
+    );
+    // A prompt shorter than a block, or none, has no keys.
+    assert_eq!(token_keys(16, 5, &prompt[..15], None, None), Ok(vec![]));
+    let mut n = 9usize;
+    assert_eq!(
+        kvroute_token_block_keys(
+            16,
+            5,
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            ptr::null_mut(),
+            0,
+            &mut n
+        ),
+        kvroute_status::Ok
+    );
+    assert_eq!(n, 0);
+}
+
+/// Keys from an independent implementation of the scheme (pure-Python XXH64:
+/// `tests/c/token_keys_golden.py`); the C and Go tests check the same values.
+#[test]
+fn token_block_keys_golden_values() {
+    let ids: Vec<u32> = (1..10).collect();
+    // (LoRA, cache salt, keys); "" is none.
+    let golden = [
+        ("", "", [0xd2828303c82b3344, 0x8879faddb1d9721b]),
+        ("sql", "", [0x46385cd41f318aa3, 0x39f297036e1dda2b]),
+        ("", "tenant-1", [0x80225f633e8330d8, 0x2baf9d2edb9a58bb]),
+        ("sql", "tenant-1", [0x61b74bbd12967618, 0x30b8481bf599aaa2]),
+    ];
+    for (lora, salt, keys) in golden {
+        let got = token_keys(4, 42, &ids, Some(lora.as_bytes()), Some(salt.as_bytes()));
+        assert_eq!(got, Ok(keys.to_vec()), "{lora:?} {salt:?}");
+    }
+    let long: Vec<u32> = (1000..1040).collect();
+    assert_eq!(
+        token_keys(16, 0, &long, None, None),
+        Ok(vec![0x7f98bc3aa313799f, 0xb4bb9f4d4833b4ea])
+    );
+}
+
+#[test]
+fn token_block_keys_statuses() {
+    let prompt = ids(2, 40);
+    let keys = |block,
+                tokens: *const u32,
+                lora: (*const u8, usize),
+                salt: (*const u8, usize),
+                buf: &mut [u64],
+                n: *mut usize| {
+        let p = if buf.is_empty() {
+            ptr::null_mut()
+        } else {
+            buf.as_mut_ptr()
+        };
+        status(kvroute_token_block_keys(
+            block,
+            0,
+            tokens,
+            40,
+            lora.0,
+            lora.1,
+            salt.0,
+            salt.1,
+            p,
+            buf.len(),
+            n,
+        ))
+    };
+    let none = (ptr::null(), 0);
+    let mut buf = [0xAAu64; 3];
+    let mut n = 77usize;
+    // Count query, too small a buffer (untouched), enough.
+    assert_eq!(
+        keys(16, prompt.as_ptr(), none, none, &mut [], &mut n),
+        "KVROUTE_STATUS_INSUFFICIENT_SIZE"
+    );
+    assert_eq!(n, 2);
+    n = 77;
+    assert_eq!(
+        keys(16, prompt.as_ptr(), none, none, &mut buf[..1], &mut n),
+        "KVROUTE_STATUS_INSUFFICIENT_SIZE"
+    );
+    assert_eq!((n, buf), (2, [0xAA; 3]));
+    assert_eq!(
+        keys(16, prompt.as_ptr(), none, none, &mut buf, &mut n),
+        "KVROUTE_STATUS_OK"
+    );
+    assert_eq!((n, buf[2]), (2, 0xAA));
+    assert_eq!(
+        token_keys(16, 0, &prompt, None, None),
+        Ok(buf[..2].to_vec())
+    );
+    // Errors: nothing written.
+    let mut untouched = [0x55u64; 3];
+    n = 77;
+    for (block, tokens, lora, salt, expected) in [
+        (
+            0,
+            prompt.as_ptr(),
+            none,
+            none,
+            "KVROUTE_STATUS_INVALID_PARAMETER",
+        ),
+        (
+            KVROUTE_MAX_BLOCK_TOKENS + 1,
+            prompt.as_ptr(),
+            none,
+            none,
+            "KVROUTE_STATUS_INVALID_PARAMETER",
+        ),
+        (16, ptr::null(), none, none, "KVROUTE_STATUS_NULL_PARAMETER"),
+        (
+            16,
+            prompt.as_ptr(),
+            (ptr::null(), 3),
+            none,
+            "KVROUTE_STATUS_NULL_PARAMETER",
+        ),
+        (
+            16,
+            prompt.as_ptr(),
+            none,
+            (ptr::null(), 3),
+            "KVROUTE_STATUS_NULL_PARAMETER",
+        ),
+        (
+            16,
+            prompt.as_ptr(),
+            (b"a\xff".as_ptr(), 2),
+            none,
+            "KVROUTE_STATUS_INVALID_UTF8",
+        ),
+        (
+            16,
+            prompt.as_ptr(),
+            none,
+            (b"\xc3".as_ptr(), 1),
+            "KVROUTE_STATUS_INVALID_UTF8",
+        ),
+    ] {
+        assert_eq!(
+            keys(block, tokens, lora, salt, &mut untouched, &mut n),
+            expected,
+            "block {block}"
+        );
+    }
+    assert_eq!((n, untouched), (77, [0x55; 3]));
+    assert_eq!(
+        keys(16, prompt.as_ptr(), none, none, &mut buf, ptr::null_mut()),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    assert_eq!(
+        status(kvroute_token_block_keys(
+            16,
+            0,
+            prompt.as_ptr(),
+            40,
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            ptr::null_mut(),
+            2,
+            &mut n
+        )),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    // The largest block size is accepted.
+    assert_eq!(
+        keys(
+            KVROUTE_MAX_BLOCK_TOKENS,
+            prompt.as_ptr(),
+            none,
+            none,
+            &mut [],
+            &mut n
+        ),
+        "KVROUTE_STATUS_OK"
+    );
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn route_tokens_statuses() {
+    let r = new_router("prefix-cache");
+    add(r, "a", "10.0.0.1:80");
+    let prompt = ids(3, 50);
+    let untouched = kvroute_decision {
+        ticket: 0x5A5A,
+        pod: 0x5A5A,
+        ..Default::default()
+    };
+    let mut d = untouched;
+    let call = |r,
+                model: &[u8],
+                tokens: *const u32,
+                block,
+                lora: &[u8],
+                salt: &[u8],
+                strategy: &[u8],
+                d: *mut kvroute_decision| {
+        status(kvroute_router_route_tokens(
+            r,
+            model.as_ptr(),
+            model.len(),
+            tokens,
+            50,
+            block,
+            lora.as_ptr(),
+            lora.len(),
+            salt.as_ptr(),
+            salt.len(),
+            strategy.as_ptr(),
+            strategy.len(),
+            0,
+            1,
+            d,
+        ))
+    };
+    let p = prompt.as_ptr();
+    for (router, model, tokens, block, lora, salt, strategy, expected) in [
+        (
+            ptr::null_mut(),
+            &b"m"[..],
+            p,
+            16,
+            &b""[..],
+            &b""[..],
+            &b""[..],
+            "KVROUTE_STATUS_NULL_PARAMETER",
+        ),
+        (
+            r,
+            b"",
+            ptr::null(),
+            16,
+            b"",
+            b"",
+            b"",
+            "KVROUTE_STATUS_NULL_PARAMETER",
+        ),
+        (
+            r,
+            b"m\xff",
+            p,
+            16,
+            b"",
+            b"",
+            b"",
+            "KVROUTE_STATUS_INVALID_UTF8",
+        ),
+        (
+            r,
+            b"m",
+            p,
+            16,
+            b"\xfe",
+            b"",
+            b"",
+            "KVROUTE_STATUS_INVALID_UTF8",
+        ),
+        (
+            r,
+            b"m",
+            p,
+            16,
+            b"",
+            b"s\xff",
+            b"",
+            "KVROUTE_STATUS_INVALID_UTF8",
+        ),
+        (
+            r,
+            b"m",
+            p,
+            0,
+            b"",
+            b"",
+            b"",
+            "KVROUTE_STATUS_INVALID_PARAMETER",
+        ),
+        (
+            r,
+            b"m",
+            p,
+            KVROUTE_MAX_BLOCK_TOKENS + 1,
+            b"",
+            b"",
+            b"",
+            "KVROUTE_STATUS_INVALID_PARAMETER",
+        ),
+        (
+            r,
+            b"m",
+            p,
+            16,
+            b"",
+            b"",
+            b"fastest",
+            "KVROUTE_STATUS_INVALID_STRATEGY",
+        ),
+        (
+            r,
+            b"other",
+            p,
+            16,
+            b"",
+            b"",
+            b"",
+            "KVROUTE_STATUS_UNKNOWN_MODEL",
+        ),
+    ] {
+        assert_eq!(
+            call(router, model, tokens, block, lora, salt, strategy, &mut d),
+            expected
+        );
+    }
+    assert_eq!(
+        call(r, b"m", p, 16, b"", b"", b"", ptr::null_mut()),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    // (NULL, n > 0) model, LoRA or salt.
+    let st = kvroute_router_route_tokens(
+        r,
+        ptr::null(),
+        1,
+        p,
+        50,
+        16,
+        ptr::null(),
+        0,
+        ptr::null(),
+        0,
+        ptr::null(),
+        0,
+        0,
+        1,
+        &mut d,
+    );
+    assert_eq!(status(st), "KVROUTE_STATUS_NULL_PARAMETER");
+    let st = kvroute_router_route_tokens(
+        r,
+        b"m".as_ptr(),
+        1,
+        p,
+        50,
+        16,
+        ptr::null(),
+        2,
+        ptr::null(),
+        0,
+        ptr::null(),
+        0,
+        0,
+        1,
+        &mut d,
+    );
+    assert_eq!(status(st), "KVROUTE_STATUS_NULL_PARAMETER");
+    let st = kvroute_router_route_tokens(
+        r,
+        b"m".as_ptr(),
+        1,
+        p,
+        50,
+        16,
+        ptr::null(),
+        0,
+        ptr::null(),
+        2,
+        ptr::null(),
+        0,
+        0,
+        1,
+        &mut d,
+    );
+    assert_eq!(status(st), "KVROUTE_STATUS_NULL_PARAMETER");
+    assert_eq!(d, untouched, "no output on error");
+
+    // The subset variant: its own statuses, and the plain call's.
+    let only_b = [c"10.0.0.2:80".as_ptr()];
+    let with_null = [ptr::null()];
+    let subset = |subset: *const *const std::ffi::c_char, n, d: *mut kvroute_decision| {
+        status(kvroute_router_route_tokens_subset(
+            r,
+            b"m".as_ptr(),
+            1,
+            p,
+            50,
+            16,
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            0,
+            subset,
+            n,
+            1,
+            d,
+        ))
+    };
+    assert_eq!(
+        subset(only_b.as_ptr(), 1, &mut d),
+        "KVROUTE_STATUS_NO_POD_IN_SUBSET"
+    );
+    assert_eq!(
+        subset(with_null.as_ptr(), 1, &mut d),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    assert_eq!(
+        subset(ptr::null(), 1, &mut d),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    assert_eq!(d, untouched);
+    let only_a = [c"10.0.0.1:80".as_ptr()];
+    assert_eq!(subset(only_a.as_ptr(), 1, &mut d), "KVROUTE_STATUS_OK");
+    assert_eq!(subset(ptr::null(), 0, &mut d), "KVROUTE_STATUS_OK");
+    // An empty prompt, and a non-NULL empty one, are fine: no blocks.
+    for tokens in [ptr::null(), p] {
+        let st = kvroute_router_route_tokens(
+            r,
+            b"m".as_ptr(),
+            1,
+            tokens,
+            0,
+            16,
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            0,
+            2,
+            &mut d,
+        );
+        assert_eq!((status(st), d.total_blocks), ("KVROUTE_STATUS_OK", 0));
+    }
+    kvroute_router_free(r);
+}
+
+#[test]
+fn route_keys_statuses() {
+    let r = new_router("prefix-cache");
+    add(r, "a", "10.0.0.1:80");
+    let keys = [1u64, 2, 3];
+    let untouched = kvroute_decision {
+        ticket: 0x5A5A,
+        ..Default::default()
+    };
+    let mut d = untouched;
+    let call = |keys: *const u64, n: usize, prompt_tokens, block, d: *mut kvroute_decision| {
+        status(kvroute_router_route_keys(
+            r,
+            b"m".as_ptr(),
+            1,
+            keys,
+            n,
+            prompt_tokens,
+            block,
+            ptr::null(),
+            0,
+            0,
+            ptr::null(),
+            0,
+            1,
+            d,
+        ))
+    };
+    assert_eq!(
+        call(keys.as_ptr(), 3, 48, 0, &mut d),
+        "KVROUTE_STATUS_INVALID_PARAMETER"
+    );
+    assert_eq!(
+        call(keys.as_ptr(), 3, 48, KVROUTE_MAX_BLOCK_TOKENS + 1, &mut d),
+        "KVROUTE_STATUS_INVALID_PARAMETER"
+    );
+    // More blocks than the prompt has.
+    assert_eq!(
+        call(keys.as_ptr(), 3, 47, 16, &mut d),
+        "KVROUTE_STATUS_INVALID_PARAMETER"
+    );
+    assert_eq!(
+        call(keys.as_ptr(), 1, u32::MAX, KVROUTE_MAX_BLOCK_TOKENS, &mut d),
+        "KVROUTE_STATUS_OK"
+    );
+    d = untouched;
+    assert_eq!(
+        call(ptr::null(), 3, 48, 16, &mut d),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    assert_eq!(
+        call(keys.as_ptr(), 3, 48, 16, ptr::null_mut()),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    assert_eq!(
+        status(kvroute_router_route_keys(
+            ptr::null_mut(),
+            b"m".as_ptr(),
+            1,
+            keys.as_ptr(),
+            3,
+            48,
+            16,
+            ptr::null(),
+            0,
+            0,
+            ptr::null(),
+            0,
+            1,
+            &mut d,
+        )),
+        "KVROUTE_STATUS_NULL_PARAMETER"
+    );
+    assert_eq!(
+        status(kvroute_router_route_keys(
+            r,
+            b"\xff".as_ptr(),
+            1,
+            keys.as_ptr(),
+            3,
+            48,
+            16,
+            ptr::null(),
+            0,
+            0,
+            ptr::null(),
+            0,
+            1,
+            &mut d,
+        )),
+        "KVROUTE_STATUS_INVALID_UTF8"
+    );
+    let nowhere = [c"10.9.9.9:1".as_ptr()];
+    assert_eq!(
+        status(kvroute_router_route_keys(
+            r,
+            b"m".as_ptr(),
+            1,
+            keys.as_ptr(),
+            3,
+            48,
+            16,
+            ptr::null(),
+            0,
+            0,
+            nowhere.as_ptr(),
+            1,
+            1,
+            &mut d,
+        )),
+        "KVROUTE_STATUS_NO_POD_IN_SUBSET"
+    );
+    assert_eq!(d, untouched, "no output on error");
+    // The first key was indexed on the pod by the successful route above.
+    assert_eq!(call(keys.as_ptr(), 3, 48, 16, &mut d), "KVROUTE_STATUS_OK");
+    assert_eq!((d.total_blocks, d.matched_blocks), (3, 1));
+    assert_eq!(call(ptr::null(), 0, 5, 16, &mut d), "KVROUTE_STATUS_OK");
+    assert_eq!(d.total_blocks, 0);
+    kvroute_router_free(r);
+}
+
+/// Two requests sharing a 1,000-token prefix go to the same pod, whose blocks they match; the
+/// decisions are the core's for the same keys, and least-ttft counts the prompt exactly.
+#[test]
+fn route_tokens_is_the_cores_token_routing() {
+    let r = new_router("least-ttft");
+    add(r, "vllm-a", "10.0.0.1:8000");
+    add(r, "vllm-b", "10.0.0.2:8000");
+    let mut core = kvroute_core::Router::new(kvroute_core::RouterConfig {
+        seed: 7,
+        default_strategy: kvroute_core::StrategySpec::parse("least-ttft").unwrap(),
+        ..Default::default()
+    })
+    .unwrap();
+    for (n, a) in [("vllm-a", "10.0.0.1:8000"), ("vllm-b", "10.0.0.2:8000")] {
+        core.add_pod(
+            "m",
+            kvroute_core::PodSpec {
+                name: n,
+                address: a,
+                ready: true,
+            },
+        )
+        .unwrap();
+    }
+    let keys = core.token_key_config(16).unwrap();
+    let shared = ids(4, 1_000);
+    let prompts: Vec<Vec<u32>> = [7u32, 9, 11]
+        .iter()
+        .map(|&tail| [shared.clone(), ids(100 + tail, 3 + tail as usize)].concat())
+        .collect();
+    let mut decisions = Vec::new();
+    for (i, p) in prompts.iter().enumerate() {
+        let now = 10 + i as u64;
+        let d = route_tokens(r, p, 16, None, None, now).unwrap();
+        let k = keys.keys(p, kvroute_core::BlockExtras::default());
+        let size = kvroute_core::PromptTokens {
+            prompt_tokens: p.len() as u32,
+            block_tokens: 16,
+        };
+        let expected = core
+            .route(
+                kvroute_core::RouteRequest::new("m", &k).with_tokens(size),
+                kvroute_core::Timestamp::from_millis(now),
+            )
+            .unwrap()
+            .to_string();
+        let mut buf = vec![0u8; 1024];
+        let mut n = 0;
+        assert_eq!(
+            kvroute_router_explain(r, d.ticket, buf.as_mut_ptr(), buf.len(), &mut n),
+            kvroute_status::Ok
+        );
+        assert_eq!(std::str::from_utf8(&buf[..n]).unwrap(), expected);
+        // The prompt's length in tokens, exactly (partial last block included).
+        let cached = expected
+            .split(' ')
+            .find_map(|kv| kv.strip_prefix("pred_cached_tokens="))
+            .unwrap();
+        assert_eq!(
+            cached.split_once('/').unwrap().1,
+            p.len().to_string(),
+            "{expected}"
+        );
+        assert_eq!(d.total_blocks as usize, p.len() / 16);
+        decisions.push(d);
+    }
+    // The later requests match the first's 62 shared blocks (1,000 / 16) on its pod.
+    for d in &decisions[1..] {
+        assert_eq!(d.pod, decisions[0].pod);
+        assert_eq!(d.matched_blocks, 62, "{d:?}");
+    }
+    // Another LoRA adapter or cache salt matches nothing.
+    let lora = route_tokens(r, &prompts[0], 16, Some(b"sql"), None, 20).unwrap();
+    let salted = route_tokens(r, &prompts[0], 16, None, Some(b"tenant-2"), 21).unwrap();
+    assert_eq!((lora.matched_blocks, salted.matched_blocks), (0, 0));
+    // Token keys never match the byte hashes of a text prompt.
+    let text = route(r, "x".repeat(4_000).as_bytes(), 22).unwrap();
+    assert_eq!(text.matched_blocks, 0);
+    kvroute_router_free(r);
+}
+
+/// `kvroute_router_route_keys` on `kvroute_token_block_keys` with the router's hash seed is
+/// `kvroute_router_route_tokens`: two routers given the same requests both ways decide alike.
+#[test]
+fn route_keys_on_token_block_keys_is_route_tokens() {
+    let by_tokens = new_router_with_hash_seed("prefix-cache", 99);
+    let by_keys = new_router_with_hash_seed("prefix-cache", 99);
+    for r in [by_tokens, by_keys] {
+        add(r, "a", "10.0.0.1:80");
+        add(r, "b", "10.0.0.2:80");
+        add(r, "c", "10.0.0.3:80");
+    }
+    for i in 0..12u32 {
+        let prompt = [ids(i % 3, 200), ids(50 + i, 21)].concat();
+        let lora: Option<&[u8]> = (i % 4 == 0).then_some(b"adapter");
+        let now = u64::from(i);
+        let d = route_tokens(by_tokens, &prompt, 32, lora, None, now).unwrap();
+        let keys = token_keys(32, 99, &prompt, lora, None).unwrap();
+        let mut e = kvroute_decision::default();
+        assert_eq!(
+            kvroute_router_route_keys(
+                by_keys,
+                b"m".as_ptr(),
+                1,
+                keys.as_ptr(),
+                keys.len(),
+                prompt.len() as u32,
+                32,
+                ptr::null(),
+                0,
+                0,
+                ptr::null(),
+                0,
+                now,
+                &mut e,
+            ),
+            kvroute_status::Ok
+        );
+        assert_eq!(d, e, "request {i}");
+        if i >= 3 && i % 4 != 0 && (i - 3) % 4 != 0 {
+            assert_eq!(
+                d.matched_blocks, 6,
+                "request {i}: 200 shared tokens are 6 blocks of 32"
+            );
+        }
+    }
+    kvroute_router_free(by_tokens);
+    kvroute_router_free(by_keys);
+}
+
+/// The output-token limit of the token calls caps the decode least-ttft predicts; 0 is none.
+#[test]
+fn route_tokens_passes_the_output_token_limit() {
+    let queue_behind = |limit: u32| {
+        let r = new_router("least-ttft");
+        let a = add(r, "a", "10.0.0.1:80");
+        assert_eq!(kvroute_router_set_pod_capacity(r, a, 1), kvroute_status::Ok);
+        // No complete block and no tokens, as the route_json test's "hello".
+        let prompt: Vec<u32> = Vec::new();
+        let mut d = kvroute_decision::default();
+        let st = kvroute_router_route_tokens(
+            r,
+            b"m".as_ptr(),
+            1,
+            prompt.as_ptr(),
+            prompt.len(),
+            16,
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            ptr::null(),
+            0,
+            limit,
+            0,
+            &mut d,
+        );
+        assert_eq!(status(st), "KVROUTE_STATUS_OK");
+        let next = route(r, b"next", 0).unwrap();
+        let queue = decision_field(r, next.ticket, "pred_queue_ms");
+        kvroute_router_free(r);
+        queue
+    };
+    // As in route_json_passes_the_output_token_limit.
+    assert_eq!(queue_behind(0), 127.0 * 50.0);
+    assert_eq!(queue_behind(2), 0.4 * 50.0 + 50.0);
+}
