@@ -78,6 +78,9 @@ pub enum ConfigError {
     /// `[discovery]` is invalid.
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
+    /// A `[tokenizers."<model>"]` section is invalid.
+    #[error("invalid tokenizer: {0}")]
+    Tokenizer(String),
 }
 
 /// The TOML file as written. Every key is optional; see `ext-proc/README.md` for the format.
@@ -114,6 +117,9 @@ pub struct FileConfig {
     /// `[models.<name>]`: the pods serving each model.
     #[serde(default)]
     pub models: BTreeMap<String, ModelSection>,
+    /// `[tokenizers."<model>"]`: models whose requests are tokenized ([`crate::tokenize`]).
+    #[serde(default)]
+    pub tokenizers: BTreeMap<String, crate::tokenize::TokenizerSection>,
 }
 
 /// `[listen]`: where the service listens. Changing these needs a restart.
@@ -339,6 +345,8 @@ pub struct Config {
     pub expose_pod_headers: bool,
     /// Where the pods come from (static: `models`; else discovery, and `models` is empty).
     pub discovery: Discovery,
+    /// Models whose requests are tokenized, by the model name requests carry.
+    pub tokenizers: BTreeMap<String, crate::tokenize::TokenizerSpec>,
 }
 
 impl Config {
@@ -526,6 +534,12 @@ pub fn build(
         health_check: file.health.check()?,
         expose_pod_headers: file.routing.expose_pod_headers.unwrap_or(true),
         discovery,
+        tokenizers: file
+            .tokenizers
+            .iter()
+            .map(|(model, section)| Ok((model.clone(), section.to_spec(model)?)))
+            .collect::<Result<_, String>>()
+            .map_err(ConfigError::Tokenizer)?,
     })
 }
 

@@ -50,6 +50,7 @@ pub mod stream;
 pub mod stream_timing;
 pub mod ticket_guard;
 pub mod tls;
+pub mod tokenize;
 
 use std::future::Future;
 use std::io::Write;

@@ -48,6 +48,8 @@ pub struct Metrics {
     scrape_errors: Family<Labels, Counter>,
     timed_responses: Counter,
     timed_without_body: Counter,
+    tokenized: Family<Labels, Counter>,
+    tokenize_latency: Family<Labels, Histogram, fn() -> Histogram>,
     /// Whether any timed response's body has reached kvroute.
     timed_body_seen: AtomicBool,
 }
@@ -90,6 +92,8 @@ impl Metrics {
             scrape_errors: Family::default(),
             timed_responses: Counter::default(),
             timed_without_body: Counter::default(),
+            tokenized: Family::default(),
+            tokenize_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             timed_body_seen: AtomicBool::new(false),
         };
         registry.register(
@@ -138,6 +142,16 @@ impl Metrics {
             m.timed_without_body.clone(),
         );
         registry.register(
+            "kvroute_tokenize_requests",
+            "Request bodies of models with a tokenizer, by result: tokens (routed on token blocks), skipped (a prompt shape that is not tokenized) or error (routed on text blocks)",
+            m.tokenized.clone(),
+        );
+        registry.register(
+            "kvroute_tokenize_seconds",
+            "Time spent tokenizing a request body (outside the router lock), by model",
+            m.tokenize_latency.clone(),
+        );
+        registry.register(
             "kvroute_ttft_predicted_seconds",
             "Time to first token the TTFT model predicted for each routed request, by model and chosen pod",
             m.ttft_predicted.clone(),
@@ -176,6 +190,17 @@ impl Metrics {
             ("using_kv_sync", "false".to_owned()),
         ];
         self.routing_latency.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Records one tokenization of `model`'s request body: its result (`tokens`, `skipped`,
+    /// `error`) and duration.
+    pub fn observe_tokenize(&self, model: &str, result: &str, seconds: f64) {
+        let labels = vec![("model", model.to_owned()), ("result", result.to_owned())];
+        self.tokenized.get_or_create(&labels).inc();
+        let labels = vec![("model", model.to_owned())];
+        self.tokenize_latency
+            .get_or_create(&labels)
+            .observe(seconds);
     }
 
     /// Records the TTFT predicted for a request routed to `pod`.

@@ -10,7 +10,7 @@
 
 use std::sync::Arc;
 
-use kvroute_core::{Decision, RouteError, RouteRequest, StrategySpec};
+use kvroute_core::{BlockExtras, Decision, PromptTokens, RouteError, RouteRequest, StrategySpec};
 
 use crate::extract::{extract, reject, Endpoint};
 use crate::health::ResponseEnd;
@@ -18,6 +18,7 @@ use crate::respond::{echoed_value, Reject, DESTINATION_HEADER};
 use crate::shared::Shared;
 use crate::stream_timing::{self, is_event_stream, ResponseTiming};
 use crate::ticket_guard::TicketGuard;
+use crate::tokenize::Tokenized;
 
 /// Request facts read from the request headers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -103,22 +104,65 @@ pub struct RouteInputs<'a> {
     pub subset: Option<&'a [String]>,
 }
 
-/// Extracts the model and prompt from a whole request body and routes on them.
+/// Extracts the model and prompt from a whole request body and routes on them: on token
+/// blocks when the model has a tokenizer ([`crate::tokenize`], tokenized here), else on text
+/// blocks.
 pub fn route_body(
     shared: &Arc<Shared>,
     at: RouteInputs<'_>,
     body: &[u8],
 ) -> Result<Routed, Reject> {
+    route_body_tokenized(shared, at, body, None)
+}
+
+/// [`route_body`] with the body's tokenization already done elsewhere (`Some`: the result of
+/// [`tokenize_body`], which kvroute-ext-proc runs on its bounded pool); `None` tokenizes here.
+pub fn route_body_tokenized(
+    shared: &Arc<Shared>,
+    at: RouteInputs<'_>,
+    body: &[u8],
+    tokenized: Option<Option<Tokenized>>,
+) -> Result<Routed, Reject> {
     let endpoint = Endpoint::from_path(&at.info.path);
     let extracted = extract(endpoint, body).map_err(reject)?;
     let model = extracted.model.as_deref().unwrap_or("");
-    route(
-        shared,
-        at,
-        model,
-        extracted.prompt.as_bytes(),
-        extracted.max_output_tokens,
-    )
+    let tokenized = tokenized.unwrap_or_else(|| tokenize_body(shared, &at.info.path, body));
+    let prompt = match &tokenized {
+        Some(t) => Prompt::Tokens(t),
+        None => Prompt::Text(extracted.prompt.as_bytes()),
+    };
+    route(shared, at, model, prompt, extracted.max_output_tokens)
+}
+
+/// The body's prompt as token ids, when the model it names has a tokenizer; `None` otherwise,
+/// and when the tokenizer cannot take the body (counted and logged at debug: the request is
+/// then routed on text blocks). Call it outside any lock: it may take milliseconds for a long
+/// prompt not seen before.
+pub fn tokenize_body(shared: &Shared, path: &str, body: &[u8]) -> Option<Tokenized> {
+    let started = std::time::Instant::now();
+    let (model, result) = shared
+        .tokenizers()
+        .tokenize(Endpoint::from_path(path), body)?;
+    let seconds = started.elapsed().as_secs_f64();
+    let (label, tokenized) = match result {
+        Ok(Some(t)) => ("tokens", Some(t)),
+        Ok(None) => ("skipped", None),
+        Err(e) => {
+            tracing::debug!(model, error = %e, "not tokenized; routing on text blocks");
+            ("error", None)
+        }
+    };
+    shared.metrics.observe_tokenize(&model, label, seconds);
+    tokenized
+}
+
+/// A prompt as the router keys it.
+#[derive(Clone, Copy, Debug)]
+pub enum Prompt<'a> {
+    /// Text: 128-byte blocks (AIBrix's scheme).
+    Text(&'a [u8]),
+    /// Token ids: token blocks ([`crate::tokenize`]).
+    Tokens(&'a Tokenized),
 }
 
 /// Routes a request without a body: its `model` header, else the default model, no prompt.
@@ -128,23 +172,50 @@ pub fn route_without_body(shared: &Arc<Shared>, at: RouteInputs<'_>) -> Result<R
         .model
         .clone()
         .or_else(|| shared.settings().default_model.clone());
-    route(shared, at, model.as_deref().unwrap_or(""), &[], None)
+    route(
+        shared,
+        at,
+        model.as_deref().unwrap_or(""),
+        Prompt::Text(&[]),
+        None,
+    )
 }
 
-/// Hashes `prompt` outside the router lock, then routes under it (with the body's
+/// Keys `prompt`'s blocks outside the router lock, then routes under it (with the body's
 /// output-token limit, if any), records the decision and its metrics. A reload that changes
 /// the hashing between the two locks only costs this request its prefix match.
 pub fn route(
     shared: &Arc<Shared>,
     at: RouteInputs<'_>,
     model: &str,
-    prompt: &[u8],
+    prompt: Prompt<'_>,
     max_output_tokens: Option<u32>,
 ) -> Result<Routed, Reject> {
     let settings = shared.settings();
     let model = settings.routing_model.as_deref().unwrap_or(model);
     let hash = shared.router.lock().hash_config();
-    let hashes = hash.hashes(prompt);
+    let (hashes, tokens) = match prompt {
+        Prompt::Text(text) => (hash.hashes(text), None),
+        Prompt::Tokens(t) => {
+            // The block size was validated with the configuration.
+            let keys = kvroute_core::TokenKeyConfig::new(t.block_tokens, hash.seed())
+                .map(|k| {
+                    k.keys(
+                        &t.ids,
+                        BlockExtras {
+                            lora: None,
+                            cache_salt: t.cache_salt.as_deref(),
+                        },
+                    )
+                })
+                .unwrap_or_default();
+            let size = PromptTokens {
+                prompt_tokens: u32::try_from(t.ids.len()).unwrap_or(u32::MAX),
+                block_tokens: t.block_tokens,
+            };
+            (keys, Some(size))
+        }
+    };
     let subset: Option<Vec<&str>> = at.subset.map(|s| s.iter().map(String::as_str).collect());
     let now = shared.now();
     let started = std::time::Instant::now();
@@ -152,7 +223,7 @@ pub fn route(
         model,
         strategy: at.strategy,
         hashes: &hashes,
-        tokens: None,
+        tokens,
         max_output_tokens,
         endpoint_subset: subset.as_deref(),
     };

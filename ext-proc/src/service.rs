@@ -22,8 +22,10 @@ use futures_util::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::connection::ConnInfo;
+use crate::routing;
 use crate::shared::Shared;
-use crate::stream::StreamState;
+use crate::stream::{StreamState, TokenizeJob};
+use crate::tokenize::Tokenized;
 
 /// The ext_proc service.
 #[derive(Clone, Debug)]
@@ -83,6 +85,18 @@ struct Driver {
     failed: bool,
 }
 
+/// Runs a body's tokenization on tokio's blocking pool, at most [`Shared::tokenize_permits`]
+/// at once, so that long prompts never hold a runtime thread. A task that fails (a panic in
+/// the tokenizer) leaves the body to be routed on text blocks.
+async fn tokenize_off_runtime(shared: &Arc<Shared>, job: TokenizeJob) -> Option<Tokenized> {
+    let _permit = shared.tokenize_permits.acquire().await.ok()?;
+    let shared = shared.clone();
+    tokio::task::spawn_blocking(move || routing::tokenize_body(&shared, &job.path, &job.body))
+        .await
+        .ok()
+        .flatten()
+}
+
 impl Driver {
     /// The next reply: one queued by an earlier message first (full-duplex bodies: several
     /// replies to one message, sent in order before the next message is read), else the
@@ -97,6 +111,10 @@ impl Driver {
         loop {
             match self.inbound.message().await {
                 Ok(Some(msg)) => {
+                    if let Some(job) = self.state.tokenize_job(&msg) {
+                        let tokenized = tokenize_off_runtime(self.state.shared(), job).await;
+                        self.state.set_tokenized(tokenized);
+                    }
                     if let Some(reply) = self.state.on_message(msg) {
                         return Some(Ok(reply));
                     }

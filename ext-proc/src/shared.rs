@@ -17,6 +17,7 @@ use crate::engines::EngineTable;
 use crate::introspect::DecisionLog;
 use crate::metrics::Metrics;
 use crate::stream_timing::StreamBudget;
+use crate::tokenize::Tokenizers;
 
 /// The settings a request reads, swapped as a whole on reload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +78,9 @@ pub enum ApplyError {
     /// The router rejected a pod.
     #[error(transparent)]
     Pod(#[from] kvroute_core::RegistryError),
+    /// A model's tokenizer did not load.
+    #[error(transparent)]
+    Tokenizer(#[from] crate::tokenize::TokenizerLoadError),
 }
 
 /// Shared service state.
@@ -95,6 +99,10 @@ pub struct Shared {
     pub decisions: DecisionLog,
     /// The configuration in force (for `/debug/config`).
     config: RwLock<Arc<Config>>,
+    /// The models' tokenizers ([`crate::tokenize`]), swapped as a whole on reload.
+    tokenizers: RwLock<Arc<Tokenizers>>,
+    /// Tokenizations running at once in kvroute-ext-proc ([`Tokenizers::permits`]).
+    pub tokenize_permits: tokio::sync::Semaphore,
     start: tokio::time::Instant,
     settings: RwLock<Arc<RequestSettings>>,
     ready: AtomicBool,
@@ -103,6 +111,11 @@ pub struct Shared {
 }
 
 impl Shared {
+    /// The models' tokenizers.
+    pub fn tokenizers(&self) -> Arc<Tokenizers> {
+        self.tokenizers.read().clone()
+    }
+
     /// Builds the router from `config`, registers metrics, and adds the configured pods.
     pub fn new(config: &Config, registry: &mut Registry) -> Result<Arc<Shared>, ApplyError> {
         let router = Arc::new(Mutex::new(Router::new(config.router.clone())?));
@@ -115,6 +128,11 @@ impl Shared {
             stream_budget: Arc::default(),
             decisions: DecisionLog::default(),
             config: RwLock::new(Arc::new(config.clone())),
+            tokenizers: RwLock::new(Arc::new(Tokenizers::load(
+                &config.tokenizers,
+                &Tokenizers::default(),
+            )?)),
+            tokenize_permits: tokio::sync::Semaphore::new(Tokenizers::permits()),
             start: tokio::time::Instant::now(),
             settings: RwLock::new(Arc::new(RequestSettings::from_config(config))),
             ready: AtomicBool::new(false),
@@ -169,6 +187,11 @@ impl Shared {
     /// On a router error nothing of the request settings changes; pod and model changes
     /// applied before the error stay (they were individually valid).
     pub fn apply(&self, config: &Config) -> Result<(), ApplyError> {
+        // First, so that a tokenizer that does not load leaves everything as it was.
+        let tokenizers = Arc::new(Tokenizers::load(
+            &config.tokenizers,
+            &self.tokenizers.read(),
+        )?);
         let mut router = self.router.lock();
         router.reconfigure(config.router.clone())?;
         if !config.discovery.is_static() {
@@ -176,6 +199,7 @@ impl Shared {
             drop(router);
             *self.settings.write() = Arc::new(RequestSettings::from_config(config));
             *self.config.write() = Arc::new(config.clone());
+            *self.tokenizers.write() = tokenizers;
             return Ok(());
         }
         // Models first: removing one detaches its pods in a single walk of the index.
@@ -220,6 +244,7 @@ impl Shared {
         drop(router);
         *self.settings.write() = Arc::new(RequestSettings::from_config(config));
         *self.config.write() = Arc::new(config.clone());
+        *self.tokenizers.write() = tokenizers;
         Ok(())
     }
 }

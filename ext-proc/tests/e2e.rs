@@ -842,3 +842,47 @@ fn hot50_through_envoy_least_ttft_meets_slo_more_than_prefix_cache() {
     hot50::replay_and_check(&s.envoy.listen, &s.sims, &s.ext.admin);
     s.expect_in_flight(0);
 }
+
+/// With a tokenizer for the model (`[tokenizers."study"]`, the fixture in tests/tokenizer),
+/// requests are tokenized off the gRPC runtime and keyed by token blocks: a family follows its
+/// prefix as with text blocks, chats are rendered with the template, and every body is counted.
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn token_blocks_route_a_family_to_its_prefix() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/tokenizer");
+    let extra = format!(
+        "[tokenizers.\"study\"]\npath = \"{}\"\n",
+        fixture.canonicalize().unwrap().display()
+    );
+    let s = Stack::start("tokens", &extra, true);
+    let first = s.post(
+        "/v1/completions",
+        &[],
+        &completion("study", &prompt("family-t", 1, 8_000), 2, false),
+    );
+    assert_eq!(first.status, 200, "{}", first.text());
+    let again = s.post(
+        "/v1/completions",
+        &[],
+        &completion("study", &prompt("family-t", 2, 8_000), 2, false),
+    );
+    assert_eq!(replica(&again), replica(&first));
+    let why = again.header("x-kvroute-decision").unwrap().to_owned();
+    assert!(why.contains("reason=prefix_match"), "{why}");
+    let chat = s.post(
+        "/v1/chat/completions",
+        &[],
+        &chat("study", &prompt("family-c", 1, 2_000), 2, false),
+    );
+    assert_eq!(chat.status, 200, "{}", chat.text());
+    s.expect_in_flight(0);
+    let m = s.ext.metrics();
+    assert_eq!(
+        metric_sum(
+            &m,
+            "kvroute_tokenize_requests_total{model=\"study\",result=\"tokens\"}"
+        ),
+        3,
+        "{m}"
+    );
+}

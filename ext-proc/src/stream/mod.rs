@@ -52,6 +52,7 @@ use crate::envoy_context;
 use crate::respond::{self, header, Reject, RouteTo};
 use crate::routing::{self, ResponseHead, RouteInputs, Routed, TimingPolicy};
 use crate::shared::Shared;
+use crate::tokenize::Tokenized;
 
 pub use crate::routing::RequestInfo;
 
@@ -97,6 +98,18 @@ pub struct StreamState {
     checked: bool,
     /// The gateway's endpoint subset hint, if it passed one ([`crate::envoy_context`]).
     subset: Option<Vec<String>>,
+    /// The body's tokenization, done before its message is handled
+    /// ([`StreamState::tokenize_job`]); `None`: not done, the routing does it if needed.
+    tokenized: Option<Option<Tokenized>>,
+}
+
+/// A request body to tokenize off the gRPC runtime ([`StreamState::tokenize_job`]).
+#[derive(Debug)]
+pub struct TokenizeJob {
+    /// The request path (its endpoint decides how the body is read).
+    pub path: String,
+    /// The whole body.
+    pub body: bytes::Bytes,
 }
 
 /// Set once a request body came with neither request headers nor request attributes.
@@ -118,6 +131,7 @@ impl StreamState {
             rejected: false,
             checked: false,
             subset: None,
+            tokenized: None,
         }
     }
 
@@ -207,6 +221,43 @@ impl StreamState {
                 Some(reject.to_response(self.info.request_id.as_deref()))
             }
         }
+    }
+
+    /// The tokenization `msg` needs before [`StreamState::on_message`] handles it: for a whole
+    /// request body (BUFFERED, the shipped mode) not yet routed, when some model has a
+    /// tokenizer. The caller runs it off the gRPC runtime ([`crate::service`]) and hands the
+    /// result to [`StreamState::set_tokenized`]; without that, routing tokenizes inline.
+    pub fn tokenize_job(&self, msg: &ProcessingRequest) -> Option<TokenizeJob> {
+        let Some(Request::RequestBody(b)) = &msg.request else {
+            return None;
+        };
+        if self.rejected
+            || self.routed.is_some()
+            || self.body_in_chunks
+            || self.duplex_request
+            || !self.body.is_empty()
+            || b.body.is_empty()
+            || self.shared.tokenizers().is_empty()
+        {
+            return None;
+        }
+        let path = if self.info.path.is_empty() {
+            // With the request-headers phase skipped, the path comes with this message.
+            let mut info = RequestInfo::default();
+            envoy_context::read_request_attributes(&msg.attributes, &mut info);
+            info.path
+        } else {
+            self.info.path.clone()
+        };
+        Some(TokenizeJob {
+            path,
+            body: bytes::Bytes::copy_from_slice(&b.body),
+        })
+    }
+
+    /// The result of a [`TokenizeJob`], for the routing of the body that follows.
+    pub fn set_tokenized(&mut self, tokenized: Option<Tokenized>) {
+        self.tokenized = Some(tokenized);
     }
 
     /// The next reply due that [`StreamState::on_message`] did not return (full-duplex bodies
@@ -316,7 +367,8 @@ impl StreamState {
     /// routing reply's parts.
     fn route_collected_body(&mut self) -> Result<(Vec<u8>, RoutedView), Reject> {
         let body = std::mem::take(&mut self.body);
-        let routed = routing::route_body(&self.shared, self.inputs(), &body)?;
+        let tokenized = self.tokenized.take();
+        let routed = routing::route_body_tokenized(&self.shared, self.inputs(), &body, tokenized)?;
         let view = RoutedView {
             address: routed.address.clone(),
             strategy: routed.strategy.clone(),
