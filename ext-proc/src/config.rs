@@ -422,7 +422,7 @@ pub fn build(
     overrides: &Overrides,
     process_seed: u64,
 ) -> Result<Config, ConfigError> {
-    env.apply(&mut file)?;
+    apply_env(&mut file, env.values()?);
     let o = overrides;
     let default_strategy_text = o
         .default_strategy
@@ -541,6 +541,19 @@ pub fn build(
             .collect::<Result<_, String>>()
             .map_err(ConfigError::Tokenizer)?,
     })
+}
+
+/// Writes every AIBrix variable present over the file's value.
+fn apply_env(file: &mut FileConfig, v: crate::env::EnvValues) {
+    let pc = &mut file.prefix_cache;
+    file.routing.default_strategy = v.default_strategy.or(file.routing.default_strategy.take());
+    pc.block_size = v.block_size.or(pc.block_size);
+    pc.block_number = v.block_number.or(pc.block_number);
+    pc.eviction_duration_mins = v.eviction_duration_mins.or(pc.eviction_duration_mins);
+    pc.imbalance_abs_count = v.imbalance_abs_count.or(pc.imbalance_abs_count);
+    pc.standard_deviation_factor = v.standard_deviation_factor.or(pc.standard_deviation_factor);
+    pc.hash_seed = v.hash_seed.or(pc.hash_seed);
+    file.limits.max_body_bytes = v.max_body_bytes.or(file.limits.max_body_bytes);
 }
 
 /// The configuration of TOML `text` with no environment, no flags and process seed 0

@@ -7,8 +7,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::FileConfig;
-
 /// Variables read, with AIBrix's names.
 pub const ENV_NAMES: [&str; 10] = [
     "ROUTING_ALGORITHM",
@@ -98,11 +96,13 @@ impl EnvSnapshot {
         }
     }
 
-    /// Writes every present variable over the file's value.
-    pub fn apply(&self, file: &mut FileConfig) -> Result<(), EnvError> {
+    /// The values of the variables present, checked (the configuration layers them over
+    /// the file's).
+    pub fn values(&self) -> Result<EnvValues, EnvError> {
+        let mut out = EnvValues::default();
         if let Some(v) = self.get("ROUTING_ALGORITHM") {
             // AIBrix: set-but-empty is an invalid strategy; the strategy parser reports it.
-            file.routing.default_strategy = Some(v.to_owned());
+            out.default_strategy = Some(v.to_owned());
         }
         if let Some(v) = self.get("AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE") {
             if !v.trim().eq_ignore_ascii_case("character") {
@@ -125,36 +125,56 @@ impl EnvSnapshot {
                 });
             }
         }
-        let pc = &mut file.prefix_cache;
         if let Some(v) = self.num("AIBRIX_PREFIX_CACHE_BLOCK_SIZE", "block size")? {
-            pc.block_size = Some(v);
+            out.block_size = Some(v);
         }
         if let Some(v) = self.num("AIBRIX_PREFIX_CACHE_BLOCK_NUMBER", "block count")? {
-            pc.block_number = Some(v);
+            out.block_number = Some(v);
         }
         if let Some(v) = self.num(
             "AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS",
             "number of minutes",
         )? {
-            pc.eviction_duration_mins = Some(v);
+            out.eviction_duration_mins = Some(v);
         }
         if let Some(v) = self.num(
             "AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT",
             "count",
         )? {
-            pc.imbalance_abs_count = Some(v);
+            out.imbalance_abs_count = Some(v);
         }
         if let Some(v) = self.num("AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR", "number")? {
-            pc.standard_deviation_factor = Some(v);
+            out.standard_deviation_factor = Some(v);
         }
         if let Some(v) = self.num("AIBRIX_PREFIX_CACHE_HASH_SEED", "unsigned 64-bit integer")? {
-            pc.hash_seed = Some(v);
+            out.hash_seed = Some(v);
         }
         if let Some(v) = self.num("AIBRIX_GRPC_MAX_MESSAGE_SIZE_BYTES", "byte count")? {
-            file.limits.max_body_bytes = Some(v);
+            out.max_body_bytes = Some(v);
         }
-        Ok(())
+        Ok(out)
     }
+}
+
+/// The AIBrix variables' values, as they override the configuration file's.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EnvValues {
+    /// `ROUTING_ALGORITHM`
+    pub default_strategy: Option<String>,
+    /// `AIBRIX_PREFIX_CACHE_BLOCK_SIZE`
+    pub block_size: Option<usize>,
+    /// `AIBRIX_PREFIX_CACHE_BLOCK_NUMBER`
+    pub block_number: Option<usize>,
+    /// `AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS`
+    pub eviction_duration_mins: Option<u64>,
+    /// `AIBRIX_PREFIX_CACHE_POD_RUNNING_REQUEST_IMBALANCE_ABS_COUNT`
+    pub imbalance_abs_count: Option<u32>,
+    /// `AIBRIX_PREFIX_CACHE_STANDARD_DEVIATION_FACTOR`
+    pub standard_deviation_factor: Option<f64>,
+    /// `AIBRIX_PREFIX_CACHE_HASH_SEED`
+    pub hash_seed: Option<u64>,
+    /// `AIBRIX_GRPC_MAX_MESSAGE_SIZE_BYTES`
+    pub max_body_bytes: Option<usize>,
 }
 
 #[cfg(test)]
@@ -163,20 +183,17 @@ mod tests {
 
     #[test]
     fn values_are_applied_and_bad_ones_rejected() {
-        let mut f = FileConfig::default();
-        EnvSnapshot::from_pairs(&[("AIBRIX_PREFIX_CACHE_BLOCK_NUMBER", "10"), ("PATH", "/x")])
-            .apply(&mut f)
-            .unwrap();
-        assert_eq!(f.prefix_cache.block_number, Some(10));
+        let v =
+            EnvSnapshot::from_pairs(&[("AIBRIX_PREFIX_CACHE_BLOCK_NUMBER", "10"), ("PATH", "/x")])
+                .values()
+                .unwrap();
+        assert_eq!(v.block_number, Some(10));
 
         let bad = EnvSnapshot::from_pairs(&[("AIBRIX_PREFIX_CACHE_BLOCK_SIZE", "big")]);
-        assert!(matches!(bad.apply(&mut f), Err(EnvError::Invalid { .. })));
+        assert!(matches!(bad.values(), Err(EnvError::Invalid { .. })));
         let tik = EnvSnapshot::from_pairs(&[("AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE", "tiktoken")]);
-        assert!(matches!(
-            tik.apply(&mut f),
-            Err(EnvError::Unsupported { .. })
-        ));
+        assert!(matches!(tik.values(), Err(EnvError::Unsupported { .. })));
         let chr = EnvSnapshot::from_pairs(&[("AIBRIX_PREFIX_CACHE_TOKENIZER_TYPE", "character")]);
-        assert_eq!(chr.apply(&mut f), Ok(()));
+        assert_eq!(chr.values(), Ok(EnvValues::default()));
     }
 }
