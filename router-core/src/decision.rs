@@ -88,6 +88,26 @@ impl fmt::Display for Reason {
     }
 }
 
+/// Where the chosen pod's prefix match came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MatchView {
+    /// The router-side index: the prompts the router sent there (AIBrix's view).
+    #[default]
+    Index,
+    /// The engine's own record of its cache (its KV events), complete and current.
+    Engine,
+}
+
+impl MatchView {
+    /// `index` or `engine`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            MatchView::Index => "index",
+            MatchView::Engine => "engine",
+        }
+    }
+}
+
 /// The in-flight loads the router saw over the model's ready pods, before this request.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LoadSnapshot {
@@ -171,6 +191,8 @@ pub struct Decision {
     pub match_percent: u8,
     /// Leading blocks of the prompt the chosen pod held.
     pub matched_blocks: u32,
+    /// Whose record `matched_blocks` comes from.
+    pub view: MatchView,
     /// Complete blocks in the prompt.
     pub total_blocks: u32,
     /// Loads seen.
@@ -216,6 +238,9 @@ impl fmt::Display for Decision {
         )?;
         if let Some(r) = p.runner_up_ttft_ms {
             write!(f, " runner_up_ttft_ms={r}")?;
+        }
+        if self.view == MatchView::Engine {
+            f.write_str(" view=engine")?;
         }
         if self.excluded > 0 {
             write!(f, " excluded={}", self.excluded)?;

@@ -62,6 +62,7 @@
 pub mod body;
 mod config;
 mod decision;
+mod engine_view;
 mod hash;
 mod health;
 mod ids;
@@ -80,7 +81,10 @@ pub use config::{
     ConfigError, RouterConfig, DEFAULT_IMBALANCE_ABS_COUNT, DEFAULT_INDEX_CAPACITY,
     DEFAULT_INDEX_TTL_MS, DEFAULT_STDDEV_FACTOR, DEFAULT_TICKET_TTL_MS,
 };
-pub use decision::{Decision, LoadSnapshot, Prediction, Reason};
+pub use decision::{Decision, LoadSnapshot, MatchView, Prediction, Reason};
+pub use engine_view::{
+    BatchCounts, EngineBlockHash, KvApplied, KvEvent, KvSource, Medium, StoredBlocks, ViewStats,
+};
 pub use hash::{BlockHash, HashConfig, InvalidBlockSize, DEFAULT_BLOCK_SIZE, MAX_BLOCK_SIZE};
 pub use health::{
     EjectionReason, HealthConfig, HealthEvent, PodHealth, Readmission, DEFAULT_BASE_EJECTION_MS,

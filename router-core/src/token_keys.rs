@@ -74,22 +74,40 @@ impl TokenKeyConfig {
         let block = self.block_tokens as usize;
         out.reserve(tokens.len() / block);
         let mut buf = Vec::with_capacity(8 + 4 * block + 64);
-        let mut parent = self.seed ^ TOKEN_DOMAIN;
+        let mut parent = self.root();
         for (i, chunk) in tokens.chunks_exact(block).enumerate() {
-            buf.clear();
-            buf.extend_from_slice(&parent.to_le_bytes());
-            for t in chunk {
-                buf.extend_from_slice(&t.to_le_bytes());
-            }
-            if let Some(lora) = extras.lora {
-                push_extra(&mut buf, 0x01, lora);
-            }
-            if let (0, Some(salt)) = (i, extras.cache_salt) {
-                push_extra(&mut buf, 0x02, salt);
-            }
-            parent = xxh64(&buf, self.seed);
+            parent = self.block_key(parent, i == 0, chunk, extras, &mut buf);
             out.push(BlockHash(parent));
         }
+    }
+
+    /// The parent of a prompt's first block.
+    pub(crate) fn root(&self) -> u64 {
+        self.seed ^ TOKEN_DOMAIN
+    }
+
+    /// The key of one block of tokens after `parent` (`first`: the prompt's first block, which
+    /// the cache salt keys). `buf` is scratch space.
+    pub(crate) fn block_key(
+        &self,
+        parent: u64,
+        first: bool,
+        tokens: &[u32],
+        extras: BlockExtras<'_>,
+        buf: &mut Vec<u8>,
+    ) -> u64 {
+        buf.clear();
+        buf.extend_from_slice(&parent.to_le_bytes());
+        for t in tokens {
+            buf.extend_from_slice(&t.to_le_bytes());
+        }
+        if let Some(lora) = extras.lora {
+            push_extra(buf, 0x01, lora);
+        }
+        if let (true, Some(salt)) = (first, extras.cache_salt) {
+            push_extra(buf, 0x02, salt);
+        }
+        xxh64(buf, self.seed)
     }
 
     /// The keys of `tokens`' complete blocks.

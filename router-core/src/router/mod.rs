@@ -2,11 +2,13 @@
 
 mod completion;
 mod health;
+mod kv_events;
 
 use std::sync::Arc;
 
 use crate::config::{ConfigError, RouterConfig};
-use crate::decision::{Decision, LoadSnapshot, Prediction, Reason};
+use crate::decision::{Decision, LoadSnapshot, MatchView, Prediction, Reason};
+use crate::engine_view::EngineViews;
 use crate::hash::{BlockHash, HashConfig};
 use crate::health::Admission;
 use crate::ids::{ModelId, PodId, Ticket};
@@ -129,6 +131,8 @@ struct Scratch {
     ends: Vec<u64>,
     /// Pods of the model left out for their health in the last `candidates` call.
     excluded: u32,
+    /// By candidate: whether its match came from its engine view.
+    exact: Vec<bool>,
 }
 
 /// The request's size as the TTFT model sees it: with byte blocks, the prompt's length is known
@@ -145,10 +149,11 @@ struct JobSize {
 }
 
 impl JobSize {
-    fn job(&self, c: &Candidate) -> Job {
+    fn job(&self, c: &Candidate, exact: bool) -> Job {
         Job {
             prompt_tokens: self.prompt_tokens,
             matched_tokens: f64::from(c.matched) * self.block_tokens,
+            exact,
             max_output_tokens: self.max_output_tokens,
         }
     }
@@ -172,6 +177,7 @@ pub struct Router {
     hash: HashConfig,
     registry: Registry,
     index: PrefixIndex,
+    views: EngineViews,
     tickets: TicketTable,
     rng: fastrand::Rng,
     // invariant: one entry per registry model, same order.
@@ -194,6 +200,7 @@ impl Router {
             hash,
             registry: Registry::new(seed),
             index: PrefixIndex::new(config.index_capacity, config.index_ttl_ms, seed),
+            views: EngineViews::new(hash.seed()),
             tickets: TicketTable::default(),
             rng: fastrand::Rng::with_seed(crate::hash::mix64(seed ^ 0x0072_6e67)),
             model_stats: Vec::new(),
@@ -216,6 +223,10 @@ impl Router {
         let hash = config.hash_config()?;
         if hash != self.hash {
             self.index.clear();
+            if hash.seed() != self.hash.seed() {
+                // Engine views are keyed with the seed: rebuild them from the engines.
+                self.views = EngineViews::new(hash.seed());
+            }
             self.hash = hash;
         }
         self.index
@@ -365,6 +376,7 @@ impl Router {
     pub fn remove_pod(&mut self, pod: PodId) -> Result<(), RegistryError> {
         self.registry.remove_pod(pod)?;
         self.index.purge_pod(pod, None);
+        self.views.remove(pod);
         Ok(())
     }
 
@@ -496,10 +508,24 @@ impl Router {
         if s.cands.is_empty() {
             return false;
         }
+        // Engine views first; the router-side index only for the pods without a usable one.
+        s.exact.clear();
+        for c in &mut s.cands {
+            let engine = req
+                .tokens
+                .and_then(|t| self.views.leading(c.pod, req.hashes, t.block_tokens));
+            c.matched = engine.unwrap_or(0);
+            s.exact.push(engine.is_some());
+        }
+        if s.exact.iter().all(|&e| e) {
+            return true;
+        }
         self.index
             .longest_matches(model, req.hashes, &s.pods, now, &mut s.matched);
-        for (c, &m) in s.cands.iter_mut().zip(&s.matched) {
-            c.matched = m;
+        for ((c, &m), &exact) in s.cands.iter_mut().zip(&s.matched).zip(&s.exact) {
+            if !exact {
+                c.matched = m;
+            }
         }
         true
     }
@@ -538,13 +564,13 @@ impl Router {
         s.reuse.clear();
         let engine_block = f64::from(self.config.ttft.engine_block_tokens);
         if spec.contains(Strategy::LeastTtft) {
-            for c in &s.cands {
+            for (c, &exact) in s.cands.iter().zip(&s.exact) {
                 let pod = &self.registry.pods[c.pod.index()].model;
                 let e = ttft::estimate(
                     pod,
                     &self.global,
                     &self.config.ttft,
-                    size.job(c),
+                    size.job(c, exact),
                     now,
                     &mut s.ends,
                 );
@@ -647,6 +673,7 @@ impl Router {
         } = picked;
         let s = &mut self.scratch;
         let chosen = s.cands[index];
+        let exact = s.exact[index];
         let loads = LoadSnapshot {
             chosen: chosen.load,
             min: s.cands.iter().map(|c| c.load).min().unwrap_or(0),
@@ -663,7 +690,7 @@ impl Router {
                     pod,
                     &self.global,
                     &self.config.ttft,
-                    size.job(&chosen),
+                    size.job(&chosen, exact),
                     now,
                     &mut s.ends,
                 )
@@ -675,6 +702,7 @@ impl Router {
             queue_ms: est.queue_ms,
             uncached_tokens: est.uncached_tokens,
             indexed_tokens: est.indexed_tokens,
+            exact,
             first_token_learned: false,
             usage_learned: false,
         };
@@ -684,7 +712,7 @@ impl Router {
         pod.health.on_routed(ticket, now);
         pod.in_flight += 1;
         pod.routed += 1;
-        let job = size.job(&chosen);
+        let job = size.job(&chosen, exact);
         ttft::commit(&mut pod.model, ticket, &est, &job, size.prompt_bytes, now);
         let prediction = Prediction {
             ttft_ms: est.ttft_ms.round() as u32,
@@ -716,6 +744,11 @@ impl Router {
             imbalance,
             match_percent,
             matched_blocks: chosen.matched,
+            view: if exact {
+                MatchView::Engine
+            } else {
+                MatchView::Index
+            },
             total_blocks,
             loads,
             prediction,

@@ -54,6 +54,9 @@ pub(crate) struct Job {
     pub(crate) prompt_tokens: f64,
     /// The tokens of the prompt the index holds on the pod (its matched blocks in tokens).
     pub(crate) matched_tokens: f64,
+    /// Whether the match is the engine's own record of its cache (an engine view), taken as
+    /// the cached tokens; otherwise the router-side index's, corrected by `trust` and `extra`.
+    pub(crate) exact: bool,
     /// The request's output-token limit, if it sets one.
     pub(crate) max_output_tokens: Option<u32>,
 }
@@ -124,9 +127,12 @@ pub(crate) fn estimate(
     } else {
         pod.extra.get()
     };
-    let expected =
-        (pod.trust.get() * indexed + extra * (job.prompt_tokens - indexed)).min(reusable);
-    let probe = pod.may_probe() && job.prompt_tokens - indexed >= block;
+    let expected = if job.exact {
+        indexed
+    } else {
+        (pod.trust.get() * indexed + extra * (job.prompt_tokens - indexed)).min(reusable)
+    };
+    let probe = !job.exact && pod.may_probe() && job.prompt_tokens - indexed >= block;
     let uncached = (job.prompt_tokens - expected).max(0.0);
     let tpot = pod.tpot_ms.get();
     // Requests the router did not route (from a snapshot): a typical decode.
@@ -272,6 +278,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 5_000.0,
             matched_tokens: 4_977.0,
+            exact: false,
             max_output_tokens: None,
         };
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
@@ -292,6 +299,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 3_000.0,
             matched_tokens: 0.0,
+            exact: false,
             max_output_tokens: None,
         };
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
@@ -335,6 +343,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 3_000.0,
             matched_tokens: 0.0,
+            exact: false,
             max_output_tokens: None,
         };
         let queue_behind = |pod: &mut PodModel, limit| {
@@ -366,6 +375,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 3_000.0,
             matched_tokens: 0.0,
+            exact: false,
             max_output_tokens: None,
         };
         let idle = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
@@ -381,6 +391,7 @@ mod tests {
         let cached = Job {
             prompt_tokens: 3_136.0,
             matched_tokens: 3_136.0,
+            exact: false,
             max_output_tokens: None,
         };
         assert_eq!(
@@ -413,6 +424,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 100.0,
             matched_tokens: 0.0,
+            exact: false,
             max_output_tokens: None,
         };
         assert!(estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new()).queue_ms > 0.0);
@@ -430,6 +442,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 100.0,
             matched_tokens: 0.0,
+            exact: false,
             max_output_tokens: None,
         };
         let queue_at = |pod: &mut PodModel, kv_usage| {
@@ -512,6 +525,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 100.0,
             matched_tokens: 0.0,
+            exact: false,
             max_output_tokens: None,
         };
         assert_eq!(
@@ -535,6 +549,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 5_000.0,
             matched_tokens: 0.0,
+            exact: false,
             max_output_tokens: None,
         };
         let cached =

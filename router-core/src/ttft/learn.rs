@@ -12,6 +12,9 @@ pub(crate) struct TicketContext {
     pub(crate) queue_ms: f64,
     pub(crate) uncached_tokens: f64,
     pub(crate) indexed_tokens: f64,
+    /// Whether `indexed_tokens` came from an engine view (then the reuse it reports teaches
+    /// nothing about how far the router-side index can be trusted).
+    pub(crate) exact: bool,
     /// Whether its first-token time (or its absence, at the completion) has been learned from.
     pub(crate) first_token_learned: bool,
     /// Whether its prompt and cached tokens (or their absence) have been learned from.
@@ -92,7 +95,9 @@ fn learn_usage(
             .bytes_per_token
             .learn(ctx.prompt_bytes / f64::from(tokens.max(1)), cfg);
     }
-    if let (Some(prompt), Some(cached)) = (timings.prompt_tokens, timings.cached_tokens) {
+    if let (Some(prompt), Some(cached), false) =
+        (timings.prompt_tokens, timings.cached_tokens, ctx.exact)
+    {
         let (prompt, cached) = (f64::from(prompt), f64::from(cached));
         let indexed = ctx.indexed_tokens.min(prompt);
         pod.learn_reuse(cached, indexed, prompt - indexed, cfg);
@@ -147,6 +152,7 @@ mod tests {
         let job = Job {
             prompt_tokens: 5_000.0,
             matched_tokens: 0.0,
+            exact: false,
             max_output_tokens: None,
         };
         // Nothing is known of the pod yet: half of what the index does not know is assumed

@@ -1,0 +1,53 @@
+//! Feeding engine views: the engines' KV-cache events, decoded by the shell (see
+//! `engine_view`'s contract for keys, sequence numbers and when a view is used).
+
+use super::Router;
+use crate::engine_view::{KvApplied, KvEvent, KvSource, ViewStats};
+use crate::ids::PodId;
+use crate::registry::RegistryError;
+use crate::time::Timestamp;
+
+impl Router {
+    /// Applies one batch of `pod`'s KV-cache events, numbered `seq` by its publisher. From then
+    /// on, a token-keyed request ([`crate::RouteRequest::with_tokens`]) is matched against the
+    /// pod's engine view while the view is complete and keyed at the request's block size, and
+    /// against the router-side index otherwise ([`crate::Decision::view`] says which).
+    ///
+    /// [`KvApplied::Gap`]: the batch was not applied; replay the missing batches (as
+    /// [`KvSource::Replay`]) and feed this one again, or call [`Router::accept_kv_gap`].
+    pub fn apply_kv_events(
+        &mut self,
+        pod: PodId,
+        source: KvSource,
+        seq: u64,
+        events: &[KvEvent<'_>],
+        now: Timestamp,
+    ) -> Result<KvApplied, RegistryError> {
+        let now = self.clock(now);
+        self.registry.pod(pod)?;
+        Ok(self.views.apply(pod, source, seq, events, now))
+    }
+
+    /// Gives up on replaying `pod`'s pending gap: its view is stale (not used for matching,
+    /// still fed) until its engine restarts or clears its cache; the next batch is applied
+    /// whatever its number.
+    pub fn accept_kv_gap(&mut self, pod: PodId) -> Result<(), RegistryError> {
+        self.registry.pod(pod)?;
+        self.views.accept_gap(pod);
+        Ok(())
+    }
+
+    /// Drops `pod`'s engine view: its events stopped (or it never published), so its matches
+    /// come from the router-side index again until a batch starts a new view.
+    pub fn forget_kv_view(&mut self, pod: PodId) -> Result<(), RegistryError> {
+        self.registry.pod(pod)?;
+        self.views.remove(pod);
+        Ok(())
+    }
+
+    /// `pod`'s engine view, if it has one.
+    pub fn kv_view(&self, pod: PodId) -> Option<ViewStats> {
+        self.registry.pod(pod).ok()?;
+        self.views.stats(pod)
+    }
+}
