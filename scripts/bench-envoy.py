@@ -4,7 +4,14 @@ kvroute-ext-proc behind Envoy and as the dynamic module inside Envoy, next to En
 sglang-router's cache-aware policy and no router at all.
 
 Targets (--targets, comma-separated; each one is an entry of TARGETS below):
-  rr          Envoy alone, ROUND_ROBIN over the two replicas (no ext_proc)
+  rr          Envoy alone, ROUND_ROBIN over the two replicas (no ext_proc). Not streaming: the
+              template's fallback route turns its buffer filter on, so Envoy reads the whole
+              body before it picks a replica (as for ext_proc and the module)
+  buf         Envoy alone, ROUND_ROBIN, with Envoy's own envoy.filters.http.buffer on for every
+              route (max_request_bytes and the listener's buffer limit the module listener's) and
+              no other filter: "mod vs buf" is the module's own cost apart from buffering
+  stream      Envoy alone, ROUND_ROBIN, no buffer filter at all: the body streams to the replica
+              ("buf vs stream" is what buffering a 28 KB body costs Envoy)
   floor       Envoy + the protocol floor (ext-proc/examples/floor.rs: the same tonic stack and
               replies, round-robin, no parsing or routing), response-headers phase SEND
   kv          Envoy + kvroute-ext-proc, prefix-cache, response-headers phase SEND (default)
@@ -21,7 +28,9 @@ Targets (--targets, comma-separated; each one is an entry of TARGETS below):
 The Envoy targets are listeners of one Envoy process (--concurrency 1), each
 envoy/envoy.template.yaml's listener rendered by `kvroute-ext-proc envoy-config` (BUFFERED
 request body, response trailers SEND, metadata routing, the round-robin fallback route) under
-its own name and ext_proc cluster; rr is the same listener without the ext_proc filter. mod is
+its own name and ext_proc cluster; rr is the same listener without the ext_proc filter (its
+disabled buffer filter still on at the fallback route), stream that without the buffer filter and
+the fallback route's setting for it, buf stream with the buffer filter on for all routes. mod is
 envoy/envoy.module.template.yaml's listener rendered by `kvroute-ext-proc envoy-module-config`
 (the dynamic_modules filter, its deciding routes; filter_config the TOML's path) under its own
 name, routing to that template's ORIGINAL_DST cluster as "mod_pods"; Envoy then runs with
@@ -31,7 +40,7 @@ one at a time, so the one worker thread serves only the measured listener, rr an
 measured on the very same Envoy worker, and the module's only other cost in the process, its
 own thread (kvroute's admin listener, timers, file reload), is counted apart (below).
 A target's CPU is the CPU of the processes it names (their whole process trees, from
-/proc/<pid>/task/*/schedstat, read around each phase): rr Envoy; floor and kv Envoy + their
+/proc/<pid>/task/*/schedstat, read around each phase): rr, buf, stream Envoy; floor and kv Envoy + their
 ext_proc server; mod Envoy (whose worker runs the filter) + the module's thread "kvroute" in
 Envoy (group "module"; with mod loaded, the other Envoy targets' "envoy" leaves that thread
 out), that is the whole Envoy process; sg the sglang-router process; direct nothing. The
@@ -59,7 +68,7 @@ counts are off. Everything runs on 127.0.0.1 with ports chosen at run time and s
 (also on Ctrl-C or SIGTERM). Numbers are relative: client, routers and replicas share the
 machine's cores.
 
---smoke: one round of a few requests (c=1 and c=32) through rr, kv and mod only: a quick check
+--smoke: one round of a few requests (c=1 and c=32) through rr, buf, kv and mod only: a quick check
 that the bench and the listeners work, well under a minute.
 `make bench-envoy` builds the release binaries and the module and runs this; BENCH_ARGS="..."
 passes options.
@@ -119,15 +128,57 @@ def split_config(text):
     return head, listener, {i.split("\n", 1)[0].split(": ", 1)[1].strip(): i.rstrip("\n") for i in items if i.strip()}
 
 
+BUFFER_FILTER = re.compile(r"(?ms)^          - name: envoy\.filters\.http\.buffer\b.*?(?=^          - name: )")
+
+
+def envoy_alone(listener, kind, limit):
+    """The ext_proc template's listener without ext_proc (kind None: as rendered, its buffer filter
+    on at the fallback route), without any buffer filter ("stream"), or with the buffer filter
+    on for every route at limit bytes and the listener's buffer limit limit ("buffer")."""
+    if kind is None:
+        return listener
+    n = len(BUFFER_FILTER.findall(listener))
+    assert n == 1, f"{n} buffer filters in the listener"
+    listener = BUFFER_FILTER.sub("", listener)
+    # The fallback route (every bench request takes it): its typed_per_filter_config holds only
+    # the buffer filter's setting, which turns the disabled filter on there; dropped.
+    start = listener.index("              - name: kvroute_fallback\n")
+    end = listener.index("              - name: kvroute_fallback_models\n")
+    route = listener[start:end]
+    cut = route.index("                typed_per_filter_config:\n")
+    assert set(re.findall(r"(?m)^                  (\S+):", route[cut:])) == {"envoy.filters.http.buffer"}, route
+    listener = listener[:start] + route[:cut] + listener[end:]
+    if kind == "buffer":
+        router = "          - name: envoy.filters.http.router\n"
+        assert listener.count(router) == 1
+        listener = listener.replace(router, (
+            "          - name: envoy.filters.http.buffer             # every route: Envoy buffers every body\n"
+            "            typed_config:\n"
+            '              "@type": type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer\n'
+            f"              max_request_bytes: {limit}\n") + router)
+        listener, n = re.subn(r"(?m)^(    per_connection_buffer_limit_bytes: )\d+$", rf"\g<1>{limit}", listener)
+        assert n == 1, "no per_connection_buffer_limit_bytes in the listener"
+    filters = re.findall(r"(?m)^          - name: (\S+)", listener.split("http_filters:", 1)[1])
+    assert filters == (["envoy.filters.http.buffer"] if kind == "buffer" else []) + ["envoy.filters.http.router"], filters
+    return listener
+
+
 def envoy_config(kv_config, listeners):
-    """One Envoy with the given listeners [(name, an ext_proc gRPC address, "module" or None,
-    response headers SEND)], each the shipped template's listener (rendered by kvroute-ext-proc)
-    under its own name and ext_proc cluster; without an ext_proc address, that listener without
-    the ext_proc filter (no metadata, so every request takes the template's round-robin fallback
-    route); with "module", the shipped module template's listener (envoy-module-config: the
-    dynamic_modules filter reading kv_config, and its routes) under its own name, with the
-    module template's ORIGINAL_DST cluster as NAME_pods (it has no ext_proc or fallback cluster)."""
+    """One Envoy with the given listeners [(name, an ext_proc gRPC address, "module", "buffer",
+    "stream" or None, response headers SEND)], each the shipped template's listener (rendered by
+    kvroute-ext-proc) under its own name and ext_proc cluster; without an ext_proc address, that
+    listener without the ext_proc filter (no metadata, so every request takes the template's
+    round-robin fallback route), with "stream" also without the buffer filter, with "buffer"
+    with the buffer filter on for every route instead (envoy_alone); with "module", the shipped
+    module template's listener (envoy-module-config: the dynamic_modules filter reading kv_config,
+    and its routes) under its own name, with the module template's ORIGINAL_DST cluster as
+    NAME_pods (it has no ext_proc or fallback cluster)."""
     out, clusters, head, shared = [], [], None, False
+    limit = None  # the module listener's buffer limit, for "buffer"
+    if any(g == "buffer" for _, g, _ in listeners):
+        m = re.findall(r"(?m)^    per_connection_buffer_limit_bytes: (\d+)$", split_config(render_module(kv_config))[1])
+        assert len(m) == 1, f"the module listener's buffer limit: {m}"
+        limit = int(m[0])
     for name, grpc, headers in listeners:
         if grpc == "module":
             h, listener, items = split_config(render_module(kv_config))
@@ -138,15 +189,16 @@ def envoy_config(kv_config, listeners):
             out.append(listener.replace("kvroute_gateway", name).replace("kvroute_pods", cluster))
             clusters.append(items["kvroute_pods"].replace("kvroute_pods", cluster))
             continue
-        h, listener, items = split_config(render(kv_config, grpc or "127.0.0.1:9", headers))
+        alone = grpc in (None, "buffer", "stream")
+        h, listener, items = split_config(render(kv_config, "127.0.0.1:9" if alone else grpc, headers))
         if not shared:  # the ext_proc template's pods and fallback clusters, once
             head, shared = h, True
             clusters += [items["kvroute_pods"], items["kvroute_fallback"]]
-        if grpc is None:
+        if alone:
             listener = re.sub(r"(?ms)^          - name: envoy\.filters\.http\.ext_proc\n.*?(?=^          - name: )",
                               "", listener, count=1)
             assert "ext_proc" not in listener.split("http_filters:", 1)[1], f"{name} still has the ext_proc filter"
-            out.append(listener.replace("kvroute_gateway", name))
+            out.append(envoy_alone(listener, grpc, limit).replace("kvroute_gateway", name))
             continue
         cluster = f"ext_{name}"
         out.append(listener.replace("kvroute_gateway", name).replace("kvroute_ext_proc", cluster))
@@ -233,7 +285,8 @@ class Bench:
         return self.grpc["floor"]
 
     def envoy_listener(self, name, grpc=None, response_headers=True):
-        """grpc: an ext_proc server's address, None (Envoy alone) or "module" (kvroute inside Envoy)."""
+        """grpc: an ext_proc server's address, None (Envoy alone), "buffer" (Envoy alone, its buffer
+        filter on everywhere), "stream" (Envoy alone, no buffer filter) or "module" (kvroute inside Envoy)."""
         self.listeners.append((name, grpc, response_headers))
         return f"envoy:{name}"
 
@@ -321,6 +374,8 @@ class Target:
 
 TARGETS = {
     "rr": Target(lambda b: b.envoy_listener("rr"), ("envoy",)),
+    "buf": Target(lambda b: b.envoy_listener("buf", "buffer"), ("envoy",)),
+    "stream": Target(lambda b: b.envoy_listener("stream", "stream"), ("envoy",)),
     "floor": Target(lambda b: b.envoy_listener("floor", b.floor()), ("envoy", "floor")),
     "kv": Target(lambda b: b.envoy_listener("kv", b.kvroute()), ("envoy", "ext"), "ext", True),
     "kv-nohdr": Target(lambda b: b.envoy_listener("kv-nohdr", b.kvroute(), False), ("envoy", "ext"), "ext"),
@@ -343,6 +398,13 @@ RATIOS = [
     ("(c) mod total CPU/req ÷ sg total CPU/req", "mod", "sg", "cpu", "/"),
     ("mod CPU/req ÷ kv CPU/req", "mod", "kv", "cpu", "/"),
     ("mod p50 − kv p50, ms", "mod", "kv", "p50", "-"),
+    # The module without Envoy's buffering (rr buffers too, so buf ≈ rr; stream does not).
+    ("mod CPU/req ÷ buf CPU/req", "mod", "buf", "cpu", "/"),
+    ("mod p50 − buf p50, ms", "mod", "buf", "p50", "-"),
+    ("mod CPU/req − buf CPU/req, µs", "mod", "buf", "cpu", "-"),
+    ("buf CPU/req ÷ rr CPU/req", "buf", "rr", "cpu", "/"),
+    ("buf CPU/req ÷ stream CPU/req", "buf", "stream", "cpu", "/"),
+    ("buf p50 − stream p50, ms", "buf", "stream", "p50", "-"),
     ("mod CPU/req − rr CPU/req, µs", "mod", "rr", "cpu", "-"),
     ("kv CPU/req − rr CPU/req, µs", "kv", "rr", "cpu", "-"),
     ("mod p50 − direct p50, ms", "mod", "direct", "p50", "-"),
@@ -427,8 +489,8 @@ def report(results, names, shapes):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--targets", help=f"comma-separated, of {','.join(TARGETS)} (default: rr,floor,kv,mod,sg,direct; "
-                                      "with --stream-tokens kv-untimed too; with --smoke rr,kv,mod)")
+    ap.add_argument("--targets", help=f"comma-separated, of {','.join(TARGETS)} (default: rr,buf,floor,kv,mod,sg,direct; "
+                                      "with --stream-tokens kv-untimed too; with --smoke rr,buf,kv,mod)")
     ap.add_argument("--shapes", default="c=1,1000/s,c=32", help="load shapes: c=N closed loop, R/s open loop")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--requests", type=int, default=800, help="requests per phase at c=1")
@@ -445,7 +507,7 @@ def main():
     if args.smoke:
         args.rounds, args.requests, args.load_requests, warmup = 1, 20, 32, 20
         args.shapes = "c=1,c=32"
-    names = (args.targets or ("rr,kv,mod" if args.smoke else "rr,floor,kv,mod,sg,direct"
+    names = (args.targets or ("rr,buf,kv,mod" if args.smoke else "rr,buf,floor,kv,mod,sg,direct"
                                   + (",kv-untimed" if args.stream_tokens else ""))).split(",")
     for n in names:
         if n not in TARGETS:
