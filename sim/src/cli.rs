@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::cluster::RouterBlocks;
 use crate::engine::EngineConfig;
+use crate::prompt_tokens::PromptReader;
 use crate::replay::{self, ReplayConfig};
 use crate::serve::{self, ServeConfig};
 use crate::workload::Scenario;
@@ -82,6 +84,51 @@ impl EngineArgs {
     }
 }
 
+/// The tokenizer of the commands that run engines.
+#[derive(Args, Debug, Clone)]
+pub struct TokenizerArgs {
+    /// Tokenize prompts with this Hugging Face tokenizer, as vLLM does: a directory holding
+    /// tokenizer.json (and, optionally, tokenizer_config.json with the chat template), or a
+    /// tokenizer.json file. Default: the built-in tokenizer model.
+    #[arg(long, value_name = "PATH")]
+    tokenizer: Option<PathBuf>,
+}
+
+impl TokenizerArgs {
+    /// The prompt reader these flags give, or the error printed and exit code 2.
+    pub fn reader(&self) -> Result<PromptReader, ExitCode> {
+        match &self.tokenizer {
+            None => Ok(PromptReader::built_in()),
+            Some(path) => PromptReader::load(path).map_err(|e| {
+                eprintln!("error: --tokenizer: {e}");
+                ExitCode::from(2)
+            }),
+        }
+    }
+}
+
+/// How the simulated router sees prompts (the commands that run the simulator).
+#[derive(Args, Debug, Clone)]
+struct PromptArgs {
+    #[command(flatten)]
+    tokenizer: TokenizerArgs,
+    /// What the router's prefix index is keyed by: text (128-byte blocks of the prompt) or
+    /// tokens (blocks of --block-size tokens of the ids the engine receives). Default: tokens
+    /// with --tokenizer, text without.
+    #[arg(long, value_parser = ["text", "tokens"])]
+    router_blocks: Option<String>,
+}
+
+impl PromptArgs {
+    /// The prompt reader and the router's keying, or the error printed and exit code 2.
+    fn config(&self) -> Result<(PromptReader, Option<RouterBlocks>), ExitCode> {
+        let prompts = self.tokenizer.reader()?;
+        // clap accepts only the two values.
+        let blocks = self.router_blocks.as_deref().and_then(RouterBlocks::parse);
+        Ok((prompts, blocks))
+    }
+}
+
 fn ms_to_us(ms: f64) -> u64 {
     // Negative or non-finite values become 0; the engine validates the rest.
     if ms.is_finite() && ms > 0.0 {
@@ -134,6 +181,8 @@ struct PhaseArgs {
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
     round: Option<u8>,
     #[command(flatten)]
+    prompts: PromptArgs,
+    #[command(flatten)]
     engine: EngineArgs,
 }
 
@@ -172,6 +221,7 @@ impl PhaseArgs {
         if let Err(e) = engine.validate() {
             return Err(usage(e.to_string()));
         }
+        let (prompts, router_blocks) = self.prompts.config()?;
         let mut cfg = crate::study::StudyConfig {
             engine,
             variant: self.variant,
@@ -184,6 +234,8 @@ impl PhaseArgs {
             ttft_priors: crate::study::scaled_priors(self.prior_scale),
             replicas: self.replicas,
             rate: self.rate,
+            prompts,
+            router_blocks,
             ..Default::default()
         };
         if let Some(r) = self.round {
@@ -257,6 +309,8 @@ struct RunArgs {
     #[arg(long)]
     verbose: bool,
     #[command(flatten)]
+    prompts: PromptArgs,
+    #[command(flatten)]
     engine: EngineArgs,
 }
 
@@ -303,6 +357,8 @@ struct ServeArgs {
     /// Fault: also fault /health and /metrics (a dead but listening engine).
     #[arg(long)]
     fault_health: bool,
+    #[command(flatten)]
+    tokenizer: TokenizerArgs,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -400,6 +456,10 @@ fn serve_cmd(a: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let prompts = match a.tokenizer.reader() {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(c) => return c,
@@ -413,6 +473,7 @@ fn serve_cmd(a: ServeArgs) -> ExitCode {
         engine: a.engine.config(),
         fault,
         max_body_bytes: a.max_body_bytes,
+        prompts,
     };
     match rt.block_on(serve::run(cfg)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -659,6 +720,10 @@ fn run_cmd(a: RunArgs) -> ExitCode {
         eprintln!("error: --pods must be between 1 and 4096");
         return ExitCode::from(2);
     }
+    let (prompts, router_blocks) = match a.prompts.config() {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let specs = if a.strategies.is_empty() {
         vec![kvroute_core::StrategySpec::default()]
     } else {
@@ -680,6 +745,8 @@ fn run_cmd(a: RunArgs) -> ExitCode {
                 ..Default::default()
             },
             client_cap: a.client_cap,
+            prompts: prompts.clone(),
+            router_blocks,
             ..Default::default()
         };
         let result =

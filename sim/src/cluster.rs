@@ -13,18 +13,22 @@
 //!   `observe_engines` is off) passed to the router as engine snapshots
 //!   ([`Router::observe_engine`]), as a metrics scraper would.
 //! - Events at the same instant: step ends first (engine order), then sends, then the sample.
+//! - Each request's prompt is tokenized once, when it is sent, by [`ClusterConfig::prompts`]
+//!   (the built-in model or a real tokenizer): those ids are what its engine receives and, when
+//!   the router is keyed by [`RouterBlocks::Tokens`], what its index keys are cut from. A prompt
+//!   the tokenizer refuses is a failed request (status 400), never routed.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use kvroute_core::{
-    Completion, EngineSnapshot, Outcome, PodId, PodSpec, Reason, RouteRequest, Router,
-    RouterConfig, StrategySpec, Timestamp, Timings,
+    BlockExtras, BlockHash, Completion, EngineSnapshot, Outcome, PodId, PodSpec, PromptTokens,
+    Reason, RouteRequest, Router, RouterConfig, StrategySpec, Timestamp, Timings, TokenKeyConfig,
 };
 use serde::Serialize;
 
 use crate::engine::{Engine, EngineConfig, EngineCounters, TokenEvent};
+use crate::prompt_tokens::PromptReader;
 use crate::report::{RequestRecord, Slo};
-use crate::tokenizer::tokenize;
 use crate::workload::Arrival;
 
 /// What the router learns about each request, as a given shell would tell it.
@@ -62,6 +66,41 @@ impl Feedback {
     }
 }
 
+/// What the router's prefix index is keyed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouterBlocks {
+    /// Blocks of the prompt's text bytes (the router's hash configuration, 128 bytes by default):
+    /// what kvroute-ext-proc keys a model without a tokenizer by. The TTFT model converts bytes
+    /// to tokens at a learned rate.
+    Text,
+    /// Blocks of the engine's `block_size` tokens of the ids the engine receives (token-block
+    /// keys, [`Router::token_key_config`]), with the prompt's exact token count: what
+    /// kvroute-ext-proc keys a model with `[tokenizers."<model>"]` by. An index block is then
+    /// an engine cache block.
+    Tokens,
+}
+
+impl RouterBlocks {
+    /// Parses `text` or `tokens`.
+    pub fn parse(s: &str) -> Option<RouterBlocks> {
+        match s {
+            "text" => Some(RouterBlocks::Text),
+            "tokens" => Some(RouterBlocks::Tokens),
+            _ => None,
+        }
+    }
+
+    /// The default for a tokenizer: token blocks with a real tokenizer, text blocks with the
+    /// built-in model.
+    pub fn default_for(prompts: &PromptReader) -> RouterBlocks {
+        if prompts.is_built_in() {
+            RouterBlocks::Text
+        } else {
+            RouterBlocks::Tokens
+        }
+    }
+}
+
 /// What a simulated cluster is made of.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
@@ -90,6 +129,20 @@ pub struct ClusterConfig {
     pub router_max_seqs: Option<u32>,
     /// What the router is told about each request.
     pub feedback: Feedback,
+    /// How prompts become the token ids the engines receive (and, with token blocks, the
+    /// router's keys): the built-in model by default.
+    pub prompts: PromptReader,
+    /// What the router's index is keyed by; `None` = [`RouterBlocks::default_for`] the
+    /// tokenizer (text blocks with the built-in model, token blocks with a real tokenizer).
+    pub router_blocks: Option<RouterBlocks>,
+}
+
+impl ClusterConfig {
+    /// What the router's index is keyed by (the configured choice or the tokenizer's default).
+    pub fn router_blocks(&self) -> RouterBlocks {
+        self.router_blocks
+            .unwrap_or_else(|| RouterBlocks::default_for(&self.prompts))
+    }
 }
 
 impl Default for ClusterConfig {
@@ -106,6 +159,8 @@ impl Default for ClusterConfig {
             observe_engines: true,
             router_max_seqs: None,
             feedback: Feedback::Streaming,
+            prompts: PromptReader::built_in(),
+            router_blocks: None,
         }
     }
 }
@@ -136,6 +191,12 @@ pub enum SimError {
         /// The parse error.
         source: kvroute_core::StrategyError,
     },
+    /// The engine's block size cannot key token blocks ([`RouterBlocks::Tokens`]).
+    #[error("token blocks: {0}")]
+    TokenBlocks(#[from] kvroute_core::InvalidBlockTokens),
+    /// The tokenizer refused a priming prompt.
+    #[error("priming prompt: {0}")]
+    Prime(#[from] kvroute_tokens::EncodeError),
 }
 
 /// The gauges at one sampling instant.
@@ -217,6 +278,8 @@ struct Live {
     cached: u32,
     prompt: u32,
     pod: usize,
+    /// The prompt's token ids, from its send until it is handed to its engine.
+    ids: Vec<u32>,
     ticket: Option<kvroute_core::Ticket>,
     /// [`Feedback::Envoy`]: predicted to prefill at least an engine block at once.
     cold_prefill: bool,
@@ -230,6 +293,8 @@ pub struct Cluster {
     router: Router,
     engines: Vec<Engine>,
     pod_ids: Vec<PodId>,
+    /// [`RouterBlocks::Tokens`]: how the router's keys are cut from token ids.
+    token_keys: Option<TokenKeyConfig>,
     /// [`Feedback::Envoy`]: responses being timed, timed in this run, and the most at once.
     timed_open: usize,
     timed_total: u64,
@@ -238,6 +303,16 @@ pub struct Cluster {
 
 fn ts(us: u64) -> Timestamp {
     Timestamp::from_millis(us / 1000)
+}
+
+/// A prompt as the cluster routes and serves it.
+struct Keyed {
+    /// The token ids its engine receives.
+    ids: Vec<u32>,
+    /// The router's keys.
+    hashes: Vec<BlockHash>,
+    /// Set when `hashes` are token-block keys.
+    tokens: Option<PromptTokens>,
 }
 
 impl Cluster {
@@ -250,6 +325,10 @@ impl Cluster {
             return Err(SimError::ClientCap);
         }
         let mut router = Router::new(config.router.clone())?;
+        let token_keys = match config.router_blocks() {
+            RouterBlocks::Text => None,
+            RouterBlocks::Tokens => Some(router.token_key_config(config.engine.block_size)?),
+        };
         let mut pod_ids = Vec::new();
         let mut engines = Vec::new();
         for (i, name) in config.pods.iter().enumerate() {
@@ -274,6 +353,7 @@ impl Cluster {
             router,
             engines,
             pod_ids,
+            token_keys,
             timed_open: 0,
             timed_total: 0,
             timed_peak: 0,
@@ -285,26 +365,60 @@ impl Cluster {
         &self.router
     }
 
-    /// Caches `prompt`'s blocks on engine `pod` (no time passes, no counter moves).
-    pub fn prime_engine(&mut self, pod: usize, prompt: &str) {
-        if let Some(e) = self.engines.get_mut(pod) {
-            e.prime(&tokenize(prompt));
+    /// What the router's index is keyed by.
+    pub fn router_blocks(&self) -> RouterBlocks {
+        if self.token_keys.is_some() {
+            RouterBlocks::Tokens
+        } else {
+            RouterBlocks::Text
         }
+    }
+
+    /// `prompt`'s token ids and the router's keys for it.
+    fn keyed(&self, prompt: &str) -> Result<Keyed, kvroute_tokens::EncodeError> {
+        let ids = self.config.prompts.completion(prompt)?;
+        Ok(match &self.token_keys {
+            None => Keyed {
+                hashes: self.router.hash_config().hashes(prompt.as_bytes()),
+                tokens: None,
+                ids,
+            },
+            Some(k) => Keyed {
+                hashes: k.keys(&ids, BlockExtras::default()),
+                tokens: Some(PromptTokens {
+                    prompt_tokens: u32::try_from(ids.len()).unwrap_or(u32::MAX),
+                    block_tokens: k.block_tokens(),
+                }),
+                ids,
+            },
+        })
+    }
+
+    /// Caches `prompt`'s blocks on engine `pod` (no time passes, no counter moves). Fails only
+    /// if a real tokenizer refuses the prompt.
+    pub fn prime_engine(&mut self, pod: usize, prompt: &str) -> Result<(), SimError> {
+        let ids = self.config.prompts.completion(prompt)?;
+        if let Some(e) = self.engines.get_mut(pod) {
+            e.prime(&ids);
+        }
+        Ok(())
     }
 
     /// Writes `prompt` into the router's index under `pod`, the way the study's bootstrap did:
     /// by routing it while the other pods are not ready, and completing it at once. The
-    /// decision counts in the router's stats; [`Cluster::run`] reports deltas.
+    /// decision counts in the router's stats; [`Cluster::run`] reports deltas. The keys are
+    /// the ones a request with this prompt is routed with.
     pub fn place_in_index(&mut self, pod: usize, prompt: &str) -> Result<(), SimError> {
-        let hashes = self.router.hash_config().hashes(prompt.as_bytes());
+        let keyed = self.keyed(prompt)?;
         for (i, &id) in self.pod_ids.iter().enumerate() {
             self.router.set_pod_ready(id, i == pod)?;
         }
         let spec = StrategySpec::single(kvroute_core::Strategy::LeastRequest);
-        let decision = self.router.route(
-            RouteRequest::new(&self.config.model, &hashes).with_strategy(&spec),
-            Timestamp::ZERO,
-        );
+        let mut request = RouteRequest::new(&self.config.model, &keyed.hashes).with_strategy(&spec);
+        if let Some(t) = keyed.tokens {
+            request = request.with_tokens(t);
+        }
+        let decision = self.router.route(request, Timestamp::ZERO);
         if let Ok(d) = decision {
             let _ = self.router.complete(
                 d.ticket,
@@ -580,16 +694,26 @@ impl Cluster {
         live: &mut [Live],
         records: &mut [RequestRecord],
     ) -> Option<(u64, usize, usize)> {
-        let hashes = self.router.hash_config().hashes(a.prompt.as_bytes());
         let rec = &mut records[id];
         rec.sent_s = Some(now as f64 / 1e6);
         live[id].sent_us = now;
-        let d = match self.router.route(
-            RouteRequest::new(&self.config.model, &hashes)
-                .with_strategy(spec)
-                .with_max_output_tokens(Some(a.output_tokens)),
-            ts(now),
-        ) {
+        let keyed = match self.keyed(&a.prompt) {
+            Ok(k) => k,
+            Err(e) => {
+                // vLLM answers a prompt it cannot tokenize with a 400; a gateway that tokenizes
+                // the same way would not route it.
+                rec.error = Some(e.to_string());
+                rec.status = Some(400);
+                return None;
+            }
+        };
+        let mut request = RouteRequest::new(&self.config.model, &keyed.hashes)
+            .with_strategy(spec)
+            .with_max_output_tokens(Some(a.output_tokens));
+        if let Some(t) = keyed.tokens {
+            request = request.with_tokens(t);
+        }
+        let d = match self.router.route(request, ts(now)) {
             Ok(d) => d,
             Err(e) => {
                 rec.error = Some(e.to_string());
@@ -603,6 +727,7 @@ impl Cluster {
         rec.imbalance = Some(d.imbalance);
         rec.decision = Some(d.to_string());
         live[id].pod = pod;
+        live[id].ids = keyed.ids;
         live[id].ticket = Some(d.ticket);
         live[id].cold_prefill = d
             .prediction
@@ -622,7 +747,7 @@ impl Cluster {
         records: &mut [RequestRecord],
         busy_until: &mut [Option<u64>],
     ) -> bool {
-        let tokens = tokenize(&a.prompt);
+        let tokens = std::mem::take(&mut live[id].ids);
         if let Err(e) = self.engines[pod].submit(id as u64, &tokens, a.output_tokens) {
             let rec = &mut records[id];
             rec.error = Some(e.to_string());

@@ -7,6 +7,7 @@
 //! Modules, one concept each:
 //! - [`engine`]: one replica's scheduler, prefix cache, KV pool and step-time model;
 //! - [`tokenizer`]: the deterministic tokenizer model;
+//! - [`prompt_tokens`]: a prompt's token ids, from that model or a real tokenizer;
 //! - [`workload`]: the study's scenarios and the JSONL trace format;
 //! - [`cluster`]: the discrete-event loop (router + replicas + client);
 //! - [`study`]: the study's phases and rounds;
@@ -25,6 +26,7 @@ pub mod cluster;
 pub mod cpu;
 pub mod engine;
 pub mod plot;
+pub mod prompt_tokens;
 pub mod replay;
 pub mod report;
 pub mod serve;

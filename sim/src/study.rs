@@ -9,8 +9,9 @@
 use kvroute_core::{RouterConfig, Strategy, StrategySpec, TtftConfig};
 use serde::Serialize;
 
-use crate::cluster::{Cluster, ClusterConfig, Feedback, RunResult, SimError};
+use crate::cluster::{Cluster, ClusterConfig, Feedback, RouterBlocks, RunResult, SimError};
 use crate::engine::EngineConfig;
+use crate::prompt_tokens::PromptReader;
 use crate::report::PhaseSummary;
 use crate::workload::{
     mix, ArrivalProcess, Scenario, StudyPhase, ROUND_SEEDS, STUDY_FAMILIES, STUDY_OUTPUT_TOKENS,
@@ -72,6 +73,11 @@ pub struct StudyConfig {
     /// Replicas (pods A, B, C, ...); the study had 2. See [`crate::workload`] for how the
     /// scenarios' initial states generalise to other counts.
     pub replicas: usize,
+    /// How prompts become token ids (the built-in model by default).
+    pub prompts: PromptReader,
+    /// What the router's index is keyed by (`None`: token blocks with a real tokenizer, text
+    /// blocks with the built-in model).
+    pub router_blocks: Option<RouterBlocks>,
 }
 
 impl Default for StudyConfig {
@@ -96,6 +102,8 @@ impl Default for StudyConfig {
             ttft_priors: TtftConfig::default(),
             router_max_seqs: None,
             replicas: 2,
+            prompts: PromptReader::built_in(),
+            router_blocks: None,
         }
     }
 }
@@ -236,6 +244,8 @@ pub fn run_phase(
         feedback: cfg.feedback,
         router_max_seqs: cfg.router_max_seqs,
         pods: pod_names(cfg.replicas),
+        prompts: cfg.prompts.clone(),
+        router_blocks: cfg.router_blocks,
         ..ClusterConfig::default()
     };
     let pods = cluster_cfg.pods.clone();
@@ -244,10 +254,10 @@ pub fn run_phase(
         let prompt = phase.priming_prompt(family);
         if scenario.warm_engines() {
             for pod in 0..pods.len() {
-                cluster.prime_engine(pod, &prompt);
+                cluster.prime_engine(pod, &prompt)?;
             }
         } else if let Some(home) = scenario.engine_home(family, pods.len()) {
-            cluster.prime_engine(home, &prompt);
+            cluster.prime_engine(home, &prompt)?;
         }
         if let Some(home) = scenario.index_home(family, pods.len()) {
             cluster.place_in_index(home, &prompt)?;

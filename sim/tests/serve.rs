@@ -36,6 +36,7 @@ async fn start_with(
         engine: EngineConfig::default(),
         fault,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        prompts: Default::default(),
     };
     let server = BoundServer::bind(cfg).await.expect("bind");
     let url = format!("http://{}", server.local_addr());

@@ -12,6 +12,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use super::BlockEvent;
+
 #[derive(Clone, Copy, Debug)]
 struct Cached {
     refs: u32,
@@ -29,6 +31,9 @@ pub(crate) struct BlockPool {
     lru: BTreeMap<u64, u64>,
     next_stamp: u64,
     evictions: u64,
+    // The KV events not yet drained, when they are recorded (stores are logged by the engine,
+    // which knows the tokens).
+    log: Option<Vec<BlockEvent>>,
 }
 
 impl BlockPool {
@@ -40,6 +45,31 @@ impl BlockPool {
             lru: BTreeMap::new(),
             next_stamp: 0,
             evictions: 0,
+            log: None,
+        }
+    }
+
+    /// Starts or stops recording KV events (see [`BlockEvent`]).
+    pub(crate) fn record_events(&mut self, on: bool) {
+        self.log = on.then(Vec::new);
+    }
+
+    /// Whether KV events are recorded.
+    pub(crate) fn recording(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// Appends an event to the log, if one is kept.
+    pub(crate) fn log(&mut self, event: BlockEvent) {
+        if let Some(log) = &mut self.log {
+            log.push(event);
+        }
+    }
+
+    /// Moves the recorded events to `out`.
+    pub(crate) fn drain_events(&mut self, out: &mut Vec<BlockEvent>) {
+        if let Some(log) = &mut self.log {
+            out.append(log);
         }
     }
 
@@ -112,6 +142,7 @@ impl BlockPool {
             };
             self.cached.remove(&h);
             self.evictions += 1;
+            self.log(BlockEvent::Removed { hash: h });
         }
         self.private += n;
         true
@@ -134,8 +165,13 @@ impl BlockPool {
     }
 
     /// Caches these blocks unreferenced (warming an engine), evicting as needed; stops when
-    /// the pool is full of referenced blocks. Returns how many blocks are now cached.
-    pub(crate) fn prime(&mut self, hashes: &[u64]) -> usize {
+    /// the pool is full of referenced blocks. Calls `stored` with the position of each block
+    /// newly cached. Returns how many blocks are now cached.
+    pub(crate) fn prime(
+        &mut self,
+        hashes: &[u64],
+        mut stored: impl FnMut(&mut Self, usize),
+    ) -> usize {
         for (i, h) in hashes.iter().enumerate() {
             if self.cached.contains_key(h) {
                 continue;
@@ -143,6 +179,7 @@ impl BlockPool {
             if !self.reserve(1) || !self.promote(*h) {
                 return i;
             }
+            stored(self, i);
             self.release(std::slice::from_ref(h));
         }
         hashes.len()
@@ -156,6 +193,7 @@ impl BlockPool {
         }
         self.cached.clear();
         self.lru.clear();
+        self.log(BlockEvent::Cleared);
         true
     }
 }
@@ -167,7 +205,7 @@ mod tests {
     #[test]
     fn eviction_is_lru_and_tail_first() {
         let mut p = BlockPool::new(4);
-        assert_eq!(p.prime(&[1, 2, 3]), 3);
+        assert_eq!(p.prime(&[1, 2, 3], |_, _| {}), 3);
         assert_eq!(p.available(), 4);
         assert_eq!(p.in_use(), 0);
         // Primed 1,2,3 in order each released right away: 1 is the oldest.

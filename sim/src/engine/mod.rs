@@ -21,6 +21,10 @@
 //!   prefill time from the start of the step that first schedules a request to the end of the
 //!   step that produces its first token (vLLM's `request_prefill_time`), and the gaps between a
 //!   request's consecutive tokens (vLLM's `inter_token_latency`).
+//! - KV events (off unless [`Engine::record_kv_events`]): every prompt block cached (when its
+//!   step finishes, or by [`Engine::prime`]), every cached block evicted and every cache reset
+//!   is recorded as a [`BlockEvent`], in order, as vLLM publishes them; [`Engine::drain_kv_events`]
+//!   takes them.
 
 mod cache;
 mod config;
@@ -31,6 +35,27 @@ use std::collections::VecDeque;
 
 use cache::BlockPool;
 use xxhash_rust::xxh64::xxh64;
+
+/// One change to the engine's prefix cache (vLLM's KV-cache events, one block each).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BlockEvent {
+    /// A prompt block was cached.
+    Stored {
+        /// Its chained hash (see [`block_hashes`]): the engine's own, opaque to routers.
+        hash: u64,
+        /// The hash of the block before it; `None` for a prompt's first block.
+        parent: Option<u64>,
+        /// Its `block_size` tokens.
+        tokens: Vec<u32>,
+    },
+    /// A cached block was evicted.
+    Removed {
+        /// Its hash.
+        hash: u64,
+    },
+    /// Every cached block was dropped (a prefix-cache reset).
+    Cleared,
+}
 
 /// An engine-local request id chosen by the driver (unique among live requests).
 pub type RequestId = u64;
@@ -116,6 +141,8 @@ struct Req {
     max_tokens: u32,
     // Chained hashes of the prompt's complete blocks.
     hashes: Vec<u64>,
+    // The prompt's tokens, kept only while KV events are recorded.
+    tokens: Vec<u32>,
     // Tokens in the KV cache.
     computed: u32,
     generated: u32,
@@ -229,11 +256,17 @@ impl Engine {
         } else {
             Vec::new()
         };
+        let kept = if self.pool.recording() {
+            tokens.to_vec()
+        } else {
+            Vec::new()
+        };
         self.waiting.push_back(Req {
             id,
             prompt_len: prompt,
             max_tokens,
             hashes,
+            tokens: kept,
             computed: 0,
             generated: 0,
             shared: Vec::new(),
@@ -258,9 +291,28 @@ impl Engine {
     /// Caches a prompt's complete blocks as if a request had just run it (no time passes).
     pub fn prime(&mut self, tokens: &[u32]) {
         if self.config.prefix_caching {
+            let bs = self.config.block_size as usize;
             let hashes = block_hashes(tokens, self.config.block_size);
-            self.pool.prime(&hashes);
+            self.pool.prime(&hashes, |pool, i| {
+                if pool.recording() {
+                    pool.log(BlockEvent::Stored {
+                        hash: hashes[i],
+                        parent: i.checked_sub(1).map(|p| hashes[p]),
+                        tokens: tokens[i * bs..(i + 1) * bs].to_vec(),
+                    });
+                }
+            });
         }
+    }
+
+    /// Starts (or stops) recording KV events; see the module docs.
+    pub fn record_kv_events(&mut self, on: bool) {
+        self.pool.record_events(on);
+    }
+
+    /// Moves the KV events recorded since the last call to `out`, oldest first.
+    pub fn drain_kv_events(&mut self, out: &mut Vec<BlockEvent>) {
+        self.pool.drain_events(out);
     }
 
     /// Forgets every cached block not held by a request; false (nothing changes) while
@@ -442,6 +494,15 @@ impl Engine {
             while r.shared.len() < full.min(r.hashes.len()) {
                 let h = r.hashes[r.shared.len()];
                 if self.pool.promote(h) {
+                    if self.pool.recording() {
+                        let i = r.shared.len();
+                        let b = bs as usize;
+                        self.pool.log(BlockEvent::Stored {
+                            hash: h,
+                            parent: i.checked_sub(1).map(|p| r.hashes[p]),
+                            tokens: r.tokens[i * b..(i + 1) * b].to_vec(),
+                        });
+                    }
                     r.private -= 1;
                     r.shared.push(h);
                 } else {

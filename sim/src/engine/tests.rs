@@ -140,3 +140,60 @@ fn timing_counters_follow_vllm_prefill_time_and_inter_token_gaps() {
     assert_eq!((c.prefills, c.prefill_time_us), (1, first));
     assert_eq!((c.inter_tokens, c.inter_token_time_us), (3, end - first));
 }
+
+#[test]
+fn kv_events_record_what_the_cache_stores_evicts_and_clears() {
+    let cfg = EngineConfig {
+        block_size: 16,
+        kv_capacity_blocks: 12,
+        max_model_len: 192,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg).unwrap();
+    e.record_kv_events(true);
+    let p = prompt(1, 100); // 6 full blocks
+    e.submit(1, &p, 2).unwrap();
+    run_to_end(&mut e);
+    let mut ev = Vec::new();
+    e.drain_kv_events(&mut ev);
+    let hashes = block_hashes(&p, 16);
+    assert_eq!(ev.len(), 6);
+    for (i, event) in ev.iter().enumerate() {
+        assert_eq!(
+            *event,
+            BlockEvent::Stored {
+                hash: hashes[i],
+                parent: i.checked_sub(1).map(|j| hashes[j]),
+                tokens: p[i * 16..(i + 1) * 16].to_vec(),
+            }
+        );
+    }
+    // Another prompt needing the whole pool evicts the first one's blocks, tail first.
+    let q = prompt(2, 150);
+    e.submit(2, &q, 2).unwrap();
+    run_to_end(&mut e);
+    ev.clear();
+    e.drain_kv_events(&mut ev);
+    let removed: Vec<u64> = ev
+        .iter()
+        .filter_map(|x| match x {
+            BlockEvent::Removed { hash } => Some(*hash),
+            _ => None,
+        })
+        .collect();
+    assert!(!removed.is_empty());
+    assert_eq!(removed[0], hashes[5], "the tail goes first");
+    // Priming stores (no request), a reset clears.
+    e.prime(&prompt(3, 32));
+    assert!(e.reset_prefix_cache());
+    ev.clear();
+    e.drain_kv_events(&mut ev);
+    assert!(matches!(ev[0], BlockEvent::Stored { parent: None, .. }));
+    assert_eq!(ev.last(), Some(&BlockEvent::Cleared));
+    // Off: nothing is recorded.
+    e.record_kv_events(false);
+    e.prime(&p);
+    ev.clear();
+    e.drain_kv_events(&mut ev);
+    assert!(ev.is_empty());
+}

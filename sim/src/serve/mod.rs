@@ -11,6 +11,11 @@
 //!   non-streaming. The fake model always generates exactly `max_tokens` tokens. A model name
 //!   other than the served one gets a 404; bad JSON or fields an OpenAI-style 400; a body over
 //!   `max_body_bytes` (default 8 MiB) an OpenAI-style 413.
+//! - Prompts are tokenized by [`ServeConfig::prompts`]: the built-in model (a chat as
+//!   `role: content` lines), or a real tokenizer as vLLM uses it (a completion's text with
+//!   special tokens, a chat rendered with the model's chat template and the generation prompt);
+//!   `usage.prompt_tokens` counts those ids. A chat the template refuses is an OpenAI-style 400
+//!   with the template's message.
 //! - Fault injection:
 //!   - a request header `x-sim-status: CODE` (400–599) makes any endpoint answer `CODE` with an
 //!     OpenAI-style error body, without touching the engine;
@@ -55,7 +60,7 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
 
 use crate::engine::{Engine, EngineConfig, EngineConfigError};
-use crate::tokenizer;
+use crate::prompt_tokens::PromptReader;
 use fault::{FaultKind, Faults, Target, Then};
 use openai::{ApiError, Endpoint, GenRequest, Prompt};
 
@@ -89,6 +94,9 @@ pub struct ServeConfig {
     pub fault: FaultSpec,
     /// The largest request body accepted (> 0); a larger one gets a 413.
     pub max_body_bytes: usize,
+    /// How prompts become token ids: the built-in model, or a real tokenizer (completions
+    /// encoded with special tokens, chats rendered with its chat template, as vLLM does).
+    pub prompts: PromptReader,
 }
 
 /// Why the server could not start.
@@ -122,6 +130,7 @@ struct App {
     name: HeaderValue,
     faults: Faults,
     max_body_bytes: usize,
+    prompts: PromptReader,
 }
 
 /// A bound, not yet serving, server.
@@ -165,6 +174,7 @@ impl BoundServer {
             name,
             faults: Faults::new(config.fault),
             max_body_bytes: config.max_body_bytes,
+            prompts: config.prompts,
         });
         Ok(BoundServer {
             listener,
@@ -540,12 +550,25 @@ async fn generate(app: Arc<App>, endpoint: Endpoint, body: &[u8]) -> Response {
         });
     }
     let tokens = match &req.prompt {
-        Prompt::Text(t) => tokenizer::tokenize(t),
-        Prompt::Tokens(ids) => ids.clone(),
+        Prompt::Text(t) => app.prompts.completion(t),
+        Prompt::Tokens(ids) => Ok(ids.clone()),
+        Prompt::Chat { messages, rendered } => app.prompts.chat(messages, rendered),
+    };
+    // vLLM answers a chat its template refuses (a bad role, roles not alternating, ...) with a
+    // 400 that carries the template's message.
+    let tokens = match tokens {
+        Ok(t) => t,
+        Err(e) => return error_response(&ApiError::bad_request(e.to_string())),
     };
     let sub = match app.driver.submit(&tokens, req.max_tokens) {
         Ok(s) => s,
         Err(e) => return error_response(&ApiError::bad_request(e.to_string())),
+    };
+    // The prompt is the engine's now; the response (which clones the request per streamed
+    // chunk) does not need it.
+    let req = GenRequest {
+        prompt: Prompt::Tokens(Vec::new()),
+        ..req
     };
     let prefix = if endpoint == Endpoint::Chat {
         "chatcmpl"

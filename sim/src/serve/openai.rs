@@ -50,13 +50,21 @@ impl ApiError {
     }
 }
 
-/// The prompt as sent: text or token ids.
+/// The prompt as sent: text, token ids or chat messages.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Prompt {
-    /// Text, tokenized by [`crate::tokenizer`].
+    /// A completion's text, tokenized by the server's [`crate::prompt_tokens::PromptReader`].
     Text(String),
     /// Token ids, used as they are.
     Tokens(Vec<u32>),
+    /// A chat: the messages as sent (a JSON array, for a real tokenizer's chat template) and
+    /// the conversation rendered as `role: content` lines (for the built-in model).
+    Chat {
+        /// `messages`, as sent.
+        messages: Value,
+        /// `role: content` lines, ending with `assistant: `.
+        rendered: String,
+    },
 }
 
 /// A parsed generation request.
@@ -66,7 +74,7 @@ pub struct GenRequest {
     pub endpoint: Endpoint,
     /// The `model` field.
     pub model: String,
-    /// The prompt (chat messages rendered as `role: content` lines).
+    /// The prompt.
     pub prompt: Prompt,
     /// Output tokens to generate (the fake model never stops early: `ignore_eos` always).
     pub max_tokens: u32,
@@ -126,7 +134,11 @@ pub fn parse(endpoint: Endpoint, body: &[u8]) -> Result<GenRequest, ApiError> {
             let messages = raw
                 .messages
                 .ok_or_else(|| ApiError::bad_request("`messages` is required"))?;
-            Prompt::Text(render_chat(&messages)?)
+            let rendered = render_chat(&messages)?;
+            Prompt::Chat {
+                messages: Value::Array(messages),
+                rendered,
+            }
         }
     };
     let default = match endpoint {
@@ -303,7 +315,13 @@ mod tests {
             br#"{"model":"m","messages":[{"role":"user","content":"hello"}]}"#,
         )
         .unwrap();
-        assert_eq!(r.prompt, Prompt::Text("user: hello\nassistant: ".into()));
+        assert_eq!(
+            r.prompt,
+            Prompt::Chat {
+                messages: json!([{"role": "user", "content": "hello"}]),
+                rendered: "user: hello\nassistant: ".into()
+            }
+        );
     }
 
     #[test]
