@@ -10,6 +10,8 @@ pub const DEFAULT_INDEX_CAPACITY: usize = 200_000;
 /// Default time a pod's index entry stays valid after it was last written: 20 minutes
 /// (`AIBRIX_PREFIX_CACHE_EVICTION_DURATION_MINS`).
 pub const DEFAULT_INDEX_TTL_MS: u64 = 20 * 60 * 1000;
+/// Default [`RouterConfig::engine_view_pending_ms`]: 30 s.
+pub const DEFAULT_ENGINE_VIEW_PENDING_MS: u64 = 30_000;
 /// Default lifetime of a ticket that is never completed: 30 minutes, longer than any sane
 /// generation, so only a lost completion signal reaches it.
 pub const DEFAULT_TICKET_TTL_MS: u64 = 30 * 60 * 1000;
@@ -41,6 +43,10 @@ pub struct RouterConfig {
     /// A pod's index entry is ignored, and the block dropped once no pod's entry is fresh, this
     /// long after its last write (default 20 min).
     pub index_ttl_ms: u64,
+    /// For a pod matched against its engine view (its KV events), a prompt the router sent it
+    /// this recently counts as cached there too: its blocks are being computed, and the engine
+    /// reports them only once they are (default 30 s; 0: the view alone).
+    pub engine_view_pending_ms: u64,
     /// A ticket not completed within this time is expired and its in-flight slot released
     /// (default 30 min). A safety net only: shells must complete every ticket.
     pub ticket_ttl_ms: u64,
@@ -64,6 +70,7 @@ impl Default for RouterConfig {
             block_size: DEFAULT_BLOCK_SIZE,
             index_capacity: DEFAULT_INDEX_CAPACITY,
             index_ttl_ms: DEFAULT_INDEX_TTL_MS,
+            engine_view_pending_ms: DEFAULT_ENGINE_VIEW_PENDING_MS,
             ticket_ttl_ms: DEFAULT_TICKET_TTL_MS,
             imbalance_abs_count: DEFAULT_IMBALANCE_ABS_COUNT,
             stddev_factor: DEFAULT_STDDEV_FACTOR,

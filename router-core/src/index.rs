@@ -138,10 +138,6 @@ impl PrefixIndex {
         }
     }
 
-    fn fresh(&self, h: &Holder, now: Timestamp) -> bool {
-        now.millis_since(h.written) < self.ttl_ms
-    }
-
     fn find(&self, hash: BlockHash) -> Option<u32> {
         let entries = &self.entries;
         self.table
@@ -164,6 +160,21 @@ impl PrefixIndex {
         now: Timestamp,
         out: &mut Vec<u32>,
     ) {
+        self.longest_matches_within(model, hashes, pods, now, self.ttl_ms, out);
+    }
+
+    /// [`PrefixIndex::longest_matches`] counting only the entries written less than
+    /// `max_age_ms` before `now` (and within the TTL).
+    pub fn longest_matches_within(
+        &mut self,
+        model: ModelId,
+        hashes: &[BlockHash],
+        pods: &[PodId],
+        now: Timestamp,
+        max_age_ms: u64,
+        out: &mut Vec<u32>,
+    ) {
+        let max_age_ms = max_age_ms.min(self.ttl_ms);
         self.walked.clear();
         out.clear();
         out.resize(pods.len(), 0);
@@ -182,7 +193,7 @@ impl PrefixIndex {
             self.walked.push(slot);
             let mut extended = 0usize;
             for h in &self.entries[slot as usize].holders {
-                if h.model != model || !self.fresh(h, now) {
+                if h.model != model || now.millis_since(h.written) >= max_age_ms {
                     continue;
                 }
                 let Some(&pos) = self.position.get(h.pod.index()) else {

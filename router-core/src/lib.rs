@@ -78,8 +78,8 @@ mod token_keys;
 mod ttft;
 
 pub use config::{
-    ConfigError, RouterConfig, DEFAULT_IMBALANCE_ABS_COUNT, DEFAULT_INDEX_CAPACITY,
-    DEFAULT_INDEX_TTL_MS, DEFAULT_STDDEV_FACTOR, DEFAULT_TICKET_TTL_MS,
+    ConfigError, RouterConfig, DEFAULT_ENGINE_VIEW_PENDING_MS, DEFAULT_IMBALANCE_ABS_COUNT,
+    DEFAULT_INDEX_CAPACITY, DEFAULT_INDEX_TTL_MS, DEFAULT_STDDEV_FACTOR, DEFAULT_TICKET_TTL_MS,
 };
 pub use decision::{Decision, LoadSnapshot, MatchView, Prediction, Reason};
 pub use engine_view::{

@@ -66,7 +66,11 @@ fn route(r: &mut Router, tokens: &[u32], now: u64) -> kvroute_core::Decision {
 /// holds it (another router replica sent it there). prefix-cache follows the engines.
 #[test]
 fn prefix_cache_follows_the_engines_not_the_routes() {
-    let (mut r, pods) = router_with_pods(2, config(Strategy::PrefixCache));
+    let no_pending = RouterConfig {
+        engine_view_pending_ms: 0,
+        ..config(Strategy::PrefixCache)
+    };
+    let (mut r, pods) = router_with_pods(2, no_pending);
     let p = prompt(1, 1_000);
     // Both views exist and are complete; pod 0's is empty.
     assert!(matches!(
@@ -156,4 +160,24 @@ fn the_index_answers_where_no_complete_view_can() {
     r.forget_kv_view(pods[1]).unwrap();
     assert!(r.kv_view(pods[1]).is_none());
     r.check_invariants().unwrap();
+}
+
+/// A prompt just sent to a pod counts as cached there while its engine computes it (the
+/// pending window), then only what the engine reports does.
+#[test]
+fn what_was_just_sent_counts_until_the_engine_reports() {
+    let (mut r, pods) = router_with_pods(2, config(Strategy::PrefixCache));
+    for &pod in &pods {
+        r.apply_kv_events(pod, KvSource::Live, 0, &[], t(0))
+            .unwrap();
+    }
+    let p = prompt(4, 800);
+    let first = route(&mut r, &p, 1_000);
+    let again = route(&mut r, &p, 1_100);
+    assert_eq!(again.pod, first.pod);
+    assert_eq!((again.matched_blocks, again.view), (50, MatchView::Engine));
+    // Past the window, with the engine never having reported the blocks: no match.
+    let pending = r.config().engine_view_pending_ms;
+    let late = route(&mut r, &p, 1_100 + pending);
+    assert_eq!(late.matched_blocks, 0, "{late}");
 }

@@ -117,15 +117,26 @@ struct PromptArgs {
     /// with --tokenizer, text without.
     #[arg(long, value_parser = ["text", "tokens"])]
     router_blocks: Option<String>,
+    /// The engines publish their KV-cache events (blocks stored, evicted, cleared) and the
+    /// router matches each pod against its engine's own record of its cache instead of the
+    /// prompts it sent there (implies --router-blocks tokens).
+    #[arg(long)]
+    kv_events: bool,
 }
 
 impl PromptArgs {
     /// The prompt reader and the router's keying, or the error printed and exit code 2.
-    fn config(&self) -> Result<(PromptReader, Option<RouterBlocks>), ExitCode> {
+    fn config(&self) -> Result<(PromptReader, Option<RouterBlocks>, bool), ExitCode> {
         let prompts = self.tokenizer.reader()?;
         // clap accepts only the two values.
         let blocks = self.router_blocks.as_deref().and_then(RouterBlocks::parse);
-        Ok((prompts, blocks))
+        if self.kv_events && blocks == Some(RouterBlocks::Text) {
+            eprintln!(
+                "error: --kv-events needs --router-blocks tokens (engines cache token blocks)"
+            );
+            return Err(ExitCode::from(2));
+        }
+        Ok((prompts, blocks, self.kv_events))
     }
 }
 
@@ -221,7 +232,7 @@ impl PhaseArgs {
         if let Err(e) = engine.validate() {
             return Err(usage(e.to_string()));
         }
-        let (prompts, router_blocks) = self.prompts.config()?;
+        let (prompts, router_blocks, kv_events) = self.prompts.config()?;
         let mut cfg = crate::study::StudyConfig {
             engine,
             variant: self.variant,
@@ -236,6 +247,7 @@ impl PhaseArgs {
             rate: self.rate,
             prompts,
             router_blocks,
+            kv_events,
             ..Default::default()
         };
         if let Some(r) = self.round {
@@ -720,7 +732,7 @@ fn run_cmd(a: RunArgs) -> ExitCode {
         eprintln!("error: --pods must be between 1 and 4096");
         return ExitCode::from(2);
     }
-    let (prompts, router_blocks) = match a.prompts.config() {
+    let (prompts, router_blocks, kv_events) = match a.prompts.config() {
         Ok(p) => p,
         Err(code) => return code,
     };
@@ -747,6 +759,7 @@ fn run_cmd(a: RunArgs) -> ExitCode {
             client_cap: a.client_cap,
             prompts: prompts.clone(),
             router_blocks,
+            kv_events,
             ..Default::default()
         };
         let result =

@@ -21,12 +21,13 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use kvroute_core::{
-    BlockExtras, BlockHash, Completion, EngineSnapshot, Outcome, PodId, PodSpec, PromptTokens,
-    Reason, RouteRequest, Router, RouterConfig, StrategySpec, Timestamp, Timings, TokenKeyConfig,
+    BlockExtras, BlockHash, Completion, EngineBlockHash, EngineSnapshot, KvEvent, KvSource, Medium,
+    Outcome, PodId, PodSpec, PromptTokens, Reason, RouteRequest, Router, RouterConfig,
+    StoredBlocks, StrategySpec, Timestamp, Timings, TokenKeyConfig,
 };
 use serde::Serialize;
 
-use crate::engine::{Engine, EngineConfig, EngineCounters, TokenEvent};
+use crate::engine::{BlockEvent, Engine, EngineConfig, EngineCounters, TokenEvent};
 use crate::prompt_tokens::PromptReader;
 use crate::report::{RequestRecord, Slo};
 use crate::workload::Arrival;
@@ -135,13 +136,21 @@ pub struct ClusterConfig {
     /// What the router's index is keyed by; `None` = [`RouterBlocks::default_for`] the
     /// tokenizer (text blocks with the built-in model, token blocks with a real tokenizer).
     pub router_blocks: Option<RouterBlocks>,
+    /// Whether the engines publish KV events that feed the router's engine views, as
+    /// kvroute-ext-proc's subscriber would (token blocks only): each step's events are applied
+    /// as one batch when the step ends, numbered per engine from 0.
+    pub kv_events: bool,
 }
 
 impl ClusterConfig {
-    /// What the router's index is keyed by (the configured choice or the tokenizer's default).
+    /// What the router's index is keyed by (the configured choice, token blocks with KV
+    /// events, or the tokenizer's default).
     pub fn router_blocks(&self) -> RouterBlocks {
-        self.router_blocks
-            .unwrap_or_else(|| RouterBlocks::default_for(&self.prompts))
+        match (self.router_blocks, self.kv_events) {
+            (Some(b), _) => b,
+            (None, true) => RouterBlocks::Tokens,
+            (None, false) => RouterBlocks::default_for(&self.prompts),
+        }
     }
 }
 
@@ -161,6 +170,7 @@ impl Default for ClusterConfig {
             feedback: Feedback::Streaming,
             prompts: PromptReader::built_in(),
             router_blocks: None,
+            kv_events: false,
         }
     }
 }
@@ -299,6 +309,9 @@ pub struct Cluster {
     timed_open: usize,
     timed_total: u64,
     timed_peak: usize,
+    /// [`ClusterConfig::kv_events`]: each engine's next batch number, and scratch.
+    kv_seq: Vec<u64>,
+    kv_scratch: Vec<BlockEvent>,
 }
 
 fn ts(us: u64) -> Timestamp {
@@ -346,8 +359,17 @@ impl Cluster {
                 config.router_max_seqs.unwrap_or(config.engine.max_num_seqs),
             )?;
             pod_ids.push(id);
-            engines.push(Engine::new(config.engine)?);
+            let mut engine = Engine::new(config.engine)?;
+            engine.record_kv_events(config.kv_events);
+            engines.push(engine);
         }
+        if config.kv_events {
+            // Subscribed since the engines started with empty caches: batch 0 says so.
+            for &id in &pod_ids {
+                router.apply_kv_events(id, KvSource::Live, 0, &[], Timestamp::ZERO)?;
+            }
+        }
+        let kv_seq = vec![u64::from(config.kv_events); pod_ids.len()];
         Ok(Cluster {
             config,
             router,
@@ -357,7 +379,56 @@ impl Cluster {
             timed_open: 0,
             timed_total: 0,
             timed_peak: 0,
+            kv_seq,
+            kv_scratch: Vec::new(),
         })
+    }
+
+    /// [`ClusterConfig::kv_events`]: applies engine `e`'s events since its last batch to the
+    /// router as one batch (nothing when there are none), as a subscriber would at `t`.
+    fn publish_kv_events(&mut self, e: usize, t: u64) {
+        self.kv_scratch.clear();
+        self.engines[e].drain_kv_events(&mut self.kv_scratch);
+        if self.kv_scratch.is_empty() {
+            return;
+        }
+        let block_size = self.config.engine.block_size;
+        let hashes: Vec<EngineBlockHash> = self
+            .kv_scratch
+            .iter()
+            .map(|ev| match ev {
+                BlockEvent::Stored { hash, .. } | BlockEvent::Removed { hash } => {
+                    EngineBlockHash(*hash)
+                }
+                BlockEvent::Cleared => EngineBlockHash(0),
+            })
+            .collect();
+        let events: Vec<KvEvent<'_>> = self
+            .kv_scratch
+            .iter()
+            .zip(hashes.chunks(1))
+            .map(|(ev, hash)| match ev {
+                BlockEvent::Stored { parent, tokens, .. } => KvEvent::Stored(StoredBlocks {
+                    block_hashes: hash,
+                    parent: parent.map(EngineBlockHash),
+                    token_ids: tokens,
+                    block_size,
+                    ..StoredBlocks::default()
+                }),
+                BlockEvent::Removed { .. } => KvEvent::Removed {
+                    block_hashes: hash,
+                    medium: Medium::Gpu,
+                    group: 0,
+                },
+                BlockEvent::Cleared => KvEvent::AllCleared,
+            })
+            .collect();
+        let seq = self.kv_seq[e];
+        self.kv_seq[e] += 1;
+        // Every batch is numbered in order and the pod exists: always applied.
+        let _ = self
+            .router
+            .apply_kv_events(self.pod_ids[e], KvSource::Live, seq, &events, ts(t));
     }
 
     /// The router (for inspection).
@@ -400,6 +471,7 @@ impl Cluster {
         let ids = self.config.prompts.completion(prompt)?;
         if let Some(e) = self.engines.get_mut(pod) {
             e.prime(&ids);
+            self.publish_kv_events(pod, 0);
         }
         Ok(())
     }
@@ -558,6 +630,7 @@ impl Cluster {
                 busy_until[e] = None;
                 events.clear();
                 self.engines[e].finish_step(&mut events);
+                self.publish_kv_events(e, t);
                 for ev in &events {
                     let id = ev.id as usize;
                     let l = &mut live[id];

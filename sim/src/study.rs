@@ -78,6 +78,9 @@ pub struct StudyConfig {
     /// What the router's index is keyed by (`None`: token blocks with a real tokenizer, text
     /// blocks with the built-in model).
     pub router_blocks: Option<RouterBlocks>,
+    /// Whether the engines' KV events feed the router's engine views
+    /// ([`ClusterConfig::kv_events`]).
+    pub kv_events: bool,
 }
 
 impl Default for StudyConfig {
@@ -104,6 +107,7 @@ impl Default for StudyConfig {
             replicas: 2,
             prompts: PromptReader::built_in(),
             router_blocks: None,
+            kv_events: false,
         }
     }
 }
@@ -246,6 +250,7 @@ pub fn run_phase(
         pods: pod_names(cfg.replicas),
         prompts: cfg.prompts.clone(),
         router_blocks: cfg.router_blocks,
+        kv_events: cfg.kv_events,
         ..ClusterConfig::default()
     };
     let pods = cluster_cfg.pods.clone();

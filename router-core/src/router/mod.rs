@@ -517,14 +517,32 @@ impl Router {
             c.matched = engine.unwrap_or(0);
             s.exact.push(engine.is_some());
         }
-        if s.exact.iter().all(|&e| e) {
-            return true;
+        let any_exact = s.exact.iter().any(|&e| e);
+        if !any_exact || s.exact.iter().any(|&e| !e) {
+            self.index
+                .longest_matches(model, req.hashes, &s.pods, now, &mut s.matched);
+            for ((c, &m), &exact) in s.cands.iter_mut().zip(&s.matched).zip(&s.exact) {
+                if !exact {
+                    c.matched = m;
+                }
+            }
         }
-        self.index
-            .longest_matches(model, req.hashes, &s.pods, now, &mut s.matched);
-        for ((c, &m), &exact) in s.cands.iter_mut().zip(&s.matched).zip(&s.exact) {
-            if !exact {
-                c.matched = m;
+        let pending_ms = self.config.engine_view_pending_ms;
+        if any_exact && pending_ms > 0 {
+            // What was just sent to a pod is being computed there: its engine reports the
+            // blocks only once they are. Count it, for the pending window.
+            self.index.longest_matches_within(
+                model,
+                req.hashes,
+                &s.pods,
+                now,
+                pending_ms,
+                &mut s.matched,
+            );
+            for ((c, &m), &exact) in s.cands.iter_mut().zip(&s.matched).zip(&s.exact) {
+                if exact {
+                    c.matched = c.matched.max(m);
+                }
             }
         }
         true
