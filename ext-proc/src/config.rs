@@ -444,6 +444,8 @@ pub fn build(
         index_ttl_ms: pc
             .eviction_duration_mins
             .map_or(defaults.index_ttl_ms, |m| m.saturating_mul(60_000)),
+        // No engine views yet: kvroute-ext-proc does not subscribe to KV events.
+        engine_view_pending_ms: defaults.engine_view_pending_ms,
         ticket_ttl_ms: file
             .routing
             .ticket_ttl_secs
