@@ -81,6 +81,9 @@ pub enum ConfigError {
     /// A `[tokenizers."<model>"]` section is invalid.
     #[error("invalid tokenizer: {0}")]
     Tokenizer(String),
+    /// A `[kv_events."<model>"]` section (or a pod's `kv_events_*`) is invalid.
+    #[error("invalid KV-event subscription: {0}")]
+    KvEvents(String),
 }
 
 /// The TOML file as written. Every key is optional; see `ext-proc/README.md` for the format.
@@ -120,6 +123,9 @@ pub struct FileConfig {
     /// `[tokenizers."<model>"]`: models whose requests are tokenized ([`crate::tokenize`]).
     #[serde(default)]
     pub tokenizers: BTreeMap<String, crate::tokenize::TokenizerSection>,
+    /// `[kv_events."<model>"]`: models whose engines publish KV events ([`crate::kv_events`]).
+    #[serde(default)]
+    pub kv_events: BTreeMap<String, crate::kv_events::KvEventsSection>,
 }
 
 /// `[listen]`: where the service listens. Changing these needs a restart.
@@ -291,6 +297,12 @@ pub struct PodEntry {
     /// `least-ttft`; default `[ttft] max_seqs`.
     #[serde(default)]
     pub max_seqs: Option<u32>,
+    /// The pod's KV-event publisher, instead of `[kv_events."<model>"] endpoint`'s template.
+    #[serde(default)]
+    pub kv_events_endpoint: Option<String>,
+    /// The pod's KV-event replay endpoint, instead of the template's.
+    #[serde(default)]
+    pub kv_events_replay_endpoint: Option<String>,
 }
 
 /// Values given on the command line; they win over the file and the environment.
@@ -347,6 +359,8 @@ pub struct Config {
     pub discovery: Discovery,
     /// Models whose requests are tokenized, by the model name requests carry.
     pub tokenizers: BTreeMap<String, crate::tokenize::TokenizerSpec>,
+    /// Models whose engines publish KV events, by router model name.
+    pub kv_events: BTreeMap<String, crate::kv_events::KvEventsSpec>,
 }
 
 impl Config {
@@ -444,7 +458,6 @@ pub fn build(
         index_ttl_ms: pc
             .eviction_duration_mins
             .map_or(defaults.index_ttl_ms, |m| m.saturating_mul(60_000)),
-        // No engine views yet: kvroute-ext-proc does not subscribe to KV events.
         engine_view_pending_ms: defaults.engine_view_pending_ms,
         ticket_ttl_ms: file
             .routing
@@ -511,6 +524,9 @@ pub fn build(
             )));
         }
     }
+    let kv_events =
+        crate::kv_events::validate(&file.kv_events, &file.tokenizers, &models, &discovery)
+            .map_err(ConfigError::KvEvents)?;
     Ok(Config {
         grpc_listen: o
             .grpc_listen
@@ -542,6 +558,7 @@ pub fn build(
             .map(|(model, section)| Ok((model.clone(), section.to_spec(model)?)))
             .collect::<Result<_, String>>()
             .map_err(ConfigError::Tokenizer)?,
+        kv_events,
     })
 }
 

@@ -16,7 +16,7 @@
 //! [`stream_timing`] (first token and usage of a few streamed responses);
 //! [`shared`] (router + settings), [`metrics`], [`admin`], [`maintenance`] (router timers),
 //! [`reload`] (SIGHUP / file change), [`scrape`] (engine `/metrics` → the core, and the
-//! active health checks), [`health`] (outcomes and the `[health]` section), [`shutdown`],
+//! active health checks), [`kv_events`] (engine KV-cache events → the core's engine views), [`health`] (outcomes and the `[health]` section), [`shutdown`],
 //! [`envoy_config`] (Envoy YAML).
 
 #![forbid(unsafe_code)]
@@ -36,6 +36,7 @@ pub mod envoy_module_config;
 pub mod extract;
 pub mod health;
 pub mod introspect;
+pub mod kv_events;
 pub mod maintenance;
 pub mod metrics;
 pub mod process_metrics;
@@ -162,6 +163,8 @@ impl Background {
         let mut registry = Registry::default();
         let shared = Shared::new(config, &mut registry)?;
         let discovery = discovery::Source::register(config.discovery.clone(), &mut registry);
+        let kv_status = kv_events::KvEventsStatus::default();
+        kv_status.register(&mut registry, shared.router.clone());
         process_metrics::register(&mut registry);
         let registry = Arc::new(registry);
         let (admin, admin_addr) = bind(config.admin_listen).await?;
@@ -179,6 +182,7 @@ impl Background {
         tokio::spawn(maintenance::run(shared.clone(), stop_rx.clone()));
         discovery.spawn(shared.clone(), stop_rx.clone());
         tokio::spawn(scrape::run(shared.clone(), stop_rx.clone()));
+        tokio::spawn(kv_events::run(shared.clone(), kv_status, stop_rx.clone()));
         tokio::spawn(reload::run(
             source,
             shared.clone(),

@@ -21,7 +21,8 @@ use prometheus_client::registry::Registry;
 
 use crate::engines::EngineTable;
 
-type Labels = Vec<(&'static str, String)>;
+/// A metric's label pairs.
+pub(crate) type Labels = Vec<(&'static str, String)>;
 
 /// Time to first token: 14 exponential buckets from 10 ms, factor 2 (up to 82 s).
 fn ttft_histogram() -> Histogram {
@@ -293,7 +294,8 @@ pub struct RouterCollector {
     engines: EngineTable,
 }
 
-fn counter(
+/// Encodes one counter family from precomputed rows.
+pub(crate) fn counter(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
@@ -310,7 +312,8 @@ fn counter(
     Ok(())
 }
 
-fn gauge<N: Copy>(
+/// Encodes one gauge family from precomputed rows.
+pub(crate) fn gauge<N: Copy>(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,

@@ -23,6 +23,7 @@ pub mod transport;
 pub mod wire;
 
 pub use transport::{
-    replay, LiveMessage, Publisher, PublisherConfig, ReplayItem, Subscriber, TransportError,
+    replay, LiveMessage, Publisher, PublisherConfig, ReplayItem, Subscriber, SubscriberEvent,
+    TransportError,
 };
 pub use wire::{decode, encode, BlockHash, DecodeError, EventBatch, KvEvent, Layout};

@@ -23,12 +23,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::StreamExt;
 use thiserror::Error;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use zeromq::{
-    DealerSocket, PubSocket, RouterSocket, Socket, SocketOptions, SocketRecv, SocketSend,
-    SubSocket, ZmqMessage,
+    DealerSocket, PubSocket, RouterSocket, Socket, SocketEvent, SocketOptions, SocketRecv,
+    SocketSend, SubSocket, ZmqMessage,
 };
 
 use crate::wire::{encode, EventBatch, Layout};
@@ -97,6 +98,19 @@ fn options(connect_timeout: Duration) -> SocketOptions {
 pub struct Subscriber {
     socket: SubSocket,
     topic: Vec<u8>,
+    monitor: futures_channel::mpsc::Receiver<SocketEvent>,
+}
+
+/// What [`Subscriber::next_event`] saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubscriberEvent {
+    /// A message.
+    Message(LiveMessage),
+    /// A publisher's connection closed; the socket reconnects by itself, and messages sent
+    /// meanwhile are lost (the sequence numbers show the gap).
+    Disconnected,
+    /// A (re)connection to a publisher completed.
+    Connected,
 }
 
 impl Subscriber {
@@ -119,6 +133,7 @@ impl Subscriber {
         connect_timeout: Duration,
     ) -> Result<Self, TransportError> {
         let mut socket = SubSocket::with_options(options(connect_timeout));
+        let monitor = socket.monitor();
         socket.subscribe(topic).await?;
         let deadline = Instant::now() + connect_timeout;
         for ep in endpoints {
@@ -129,31 +144,47 @@ impl Subscriber {
         Ok(Subscriber {
             socket,
             topic: topic.as_bytes().to_vec(),
+            monitor,
         })
+    }
+
+    /// The next message or connection change, `Ok(None)` if none came within `timeout`.
+    /// Cancel-safe as [`Subscriber::recv`].
+    pub async fn next_event(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Option<SubscriberEvent>, TransportError> {
+        let monitor = &mut self.monitor;
+        let change = async {
+            loop {
+                match monitor.next().await {
+                    Some(SocketEvent::Disconnected(_)) => return SubscriberEvent::Disconnected,
+                    Some(SocketEvent::Connected(..)) => return SubscriberEvent::Connected,
+                    Some(_) => {}
+                    // The socket is gone with its monitor: only messages (or errors) remain.
+                    None => std::future::pending::<()>().await,
+                }
+            }
+        };
+        let socket = &mut self.socket;
+        let topic = &self.topic;
+        let work = async {
+            tokio::select! {
+                biased;
+                c = change => Ok(c),
+                m = recv_message(socket, topic) => m.map(SubscriberEvent::Message),
+            }
+        };
+        match tokio::time::timeout(timeout, work).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
     }
 
     /// Waits for the next message. A message that is not `(topic, 8-byte seq, payload)` is an
     /// [`TransportError::Malformed`]; the subscriber stays usable.
     pub async fn recv(&mut self) -> Result<LiveMessage, TransportError> {
-        loop {
-            let frames = self.socket.recv().await?.into_vec();
-            // The PUB side filters; check again, as libzmq's SUB does.
-            if !frames.first().is_some_and(|t| t.starts_with(&self.topic)) {
-                continue;
-            }
-            let [topic, seq, payload]: [Bytes; 3] =
-                frames.try_into().map_err(|f: Vec<Bytes>| {
-                    TransportError::Malformed(format!("{} frames, expected 3", f.len()))
-                })?;
-            let seq = parse_seq(&seq).ok_or_else(|| {
-                TransportError::Malformed(format!("seq frame of {} bytes, expected 8", seq.len()))
-            })?;
-            return Ok(LiveMessage {
-                topic,
-                seq,
-                payload,
-            });
-        }
+        recv_message(&mut self.socket, &self.topic).await
     }
 
     /// [`Subscriber::recv`] with a timeout: `Ok(None)` if nothing came in time.
@@ -165,6 +196,27 @@ impl Subscriber {
             Ok(r) => r.map(Some),
             Err(_) => Ok(None),
         }
+    }
+}
+
+async fn recv_message(socket: &mut SubSocket, topic: &[u8]) -> Result<LiveMessage, TransportError> {
+    loop {
+        let frames = socket.recv().await?.into_vec();
+        // The PUB side filters; check again, as libzmq's SUB does.
+        if !frames.first().is_some_and(|t| t.starts_with(topic)) {
+            continue;
+        }
+        let [topic, seq, payload]: [Bytes; 3] = frames.try_into().map_err(|f: Vec<Bytes>| {
+            TransportError::Malformed(format!("{} frames, expected 3", f.len()))
+        })?;
+        let seq = parse_seq(&seq).ok_or_else(|| {
+            TransportError::Malformed(format!("seq frame of {} bytes, expected 8", seq.len()))
+        })?;
+        return Ok(LiveMessage {
+            topic,
+            seq,
+            payload,
+        });
     }
 }
 

@@ -19,8 +19,12 @@
 //! - **Stale views are not used.** A view is *complete* while every event since the engine's
 //!   cache was last empty has been applied (the publisher's sequence started at 0, a gap was
 //!   replayed, or an all-blocks-cleared event arrived). Strategies match a pod against its view
-//!   only while the view is complete and keyed at the request's block size; otherwise against
-//!   the router-side index, and the decision says which (see [`crate::MatchView`]).
+//!   only while the view is complete, not suspended and keyed at the request's block size;
+//!   otherwise against the router-side index, and the decision says which (see
+//!   [`crate::MatchView`]).
+//! - **Suspended views.** A shell that suspects the events stopped (requests went to the pod
+//!   but no batch came back) suspends the view ([`crate::Router::suspend_kv_view`]): it is kept
+//!   and still fed, but not used, until the next batch is applied.
 
 mod blocks;
 
@@ -130,10 +134,13 @@ pub struct BatchCounts {
 /// A pod's engine view as reported.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ViewStats {
-    /// Whether strategies may use it: complete and no gap pending.
+    /// Every event since the cache was last empty was applied and no gap is pending: strategies
+    /// use the view unless it is [`ViewStats::suspended`].
     pub complete: bool,
     /// A gap waits for a replay or [`crate::Router::accept_kv_gap`].
     pub gap_pending: bool,
+    /// Suspended by the shell ([`crate::Router::suspend_kv_view`]) until the next batch.
+    pub suspended: bool,
     /// Engine blocks held.
     pub blocks: u64,
     /// The block size the events are keyed at (0 before any stored block).
@@ -175,6 +182,7 @@ struct PodView {
     next: Next,
     complete: bool,
     gap_pending: bool,
+    suspended: bool,
     stats: ViewStats,
 }
 
@@ -186,6 +194,7 @@ impl PodView {
             next: Next::Start,
             complete: false,
             gap_pending: false,
+            suspended: false,
             stats: ViewStats::default(),
         }
     }
@@ -268,6 +277,7 @@ impl EngineViews {
             Next::Seq(_) | Next::Any => {}
         }
         view.gap_pending = false;
+        view.suspended = false;
         view.next = Next::Seq(seq.saturating_add(1));
         for event in events {
             apply_event(
@@ -296,6 +306,17 @@ impl EngineViews {
         }
     }
 
+    /// Stops using `pod`'s view until its next applied batch; false if it has none.
+    pub(crate) fn suspend(&mut self, pod: PodId) -> bool {
+        match self.views.get_mut(pod.index()) {
+            Some(Some(view)) => {
+                view.suspended = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Drops `pod`'s view (the pod stopped publishing, or was removed).
     pub(crate) fn remove(&mut self, pod: PodId) {
         if let Some(v) = self.views.get_mut(pod.index()) {
@@ -309,6 +330,7 @@ impl EngineViews {
         Some(ViewStats {
             complete: view.complete && !view.gap_pending,
             gap_pending: view.gap_pending,
+            suspended: view.suspended,
             blocks: view.blocks.len() as u64,
             block_size: view.block_size,
             memory_bytes: view.blocks.memory_bytes() as u64,
@@ -325,7 +347,7 @@ impl EngineViews {
     /// empty).
     pub(crate) fn leading(&self, pod: PodId, keys: &[BlockHash], block_tokens: u32) -> Option<u32> {
         let view = self.views.get(pod.index())?.as_ref()?;
-        if !view.complete || view.gap_pending {
+        if !view.complete || view.gap_pending || view.suspended {
             return None;
         }
         if view.block_size != block_tokens {

@@ -212,6 +212,43 @@ fn an_unfilled_gap_makes_the_view_stale_until_the_engine_clears() {
 }
 
 #[test]
+fn a_suspended_view_is_kept_and_fed_and_used_again_from_its_next_batch() {
+    let prompt: Vec<u32> = (1..=8).collect();
+    let want = keys_of(&prompt, BlockExtras::default());
+    let mut v = EngineViews::new(SEED);
+    assert!(!v.suspend(P), "no view to suspend");
+    applied(v.apply(
+        P,
+        KvSource::Live,
+        0,
+        &[stored(&[H(1)], None, &prompt[..4])],
+        T0,
+    ));
+    assert_eq!(v.leading(P, &want, BS), Some(1));
+    assert!(v.suspend(P));
+    assert_eq!(
+        v.leading(P, &want, BS),
+        None,
+        "suspended: the index answers"
+    );
+    let s = v.stats(P).unwrap();
+    assert!(s.suspended && s.complete && s.blocks == 1);
+    applied(v.apply(
+        P,
+        KvSource::Live,
+        1,
+        &[stored(&[H(2)], Some(H(1)), &prompt[4..])],
+        T0,
+    ));
+    assert_eq!(
+        v.leading(P, &want, BS),
+        Some(2),
+        "nothing was lost meanwhile"
+    );
+    assert!(!v.stats(P).unwrap().suspended);
+}
+
+#[test]
 fn a_lower_live_number_is_a_restarted_engine() {
     let prompt: Vec<u32> = (1..=8).collect();
     let want = keys_of(&prompt, BlockExtras::default());

@@ -37,6 +37,14 @@ impl Router {
         Ok(())
     }
 
+    /// Stops using `pod`'s engine view until its next applied batch (the shell suspects its
+    /// events stopped: requests went to it and no batch came back). The view is kept and still
+    /// fed, so nothing is lost if the events were only late. Returns whether it had a view.
+    pub fn suspend_kv_view(&mut self, pod: PodId) -> Result<bool, RegistryError> {
+        self.registry.pod(pod)?;
+        Ok(self.views.suspend(pod))
+    }
+
     /// Drops `pod`'s engine view: its events stopped (or it never published), so its matches
     /// come from the router-side index again until a batch starts a new view.
     pub fn forget_kv_view(&mut self, pod: PodId) -> Result<(), RegistryError> {
