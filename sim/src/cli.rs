@@ -369,6 +369,23 @@ struct ServeArgs {
     /// Fault: also fault /health and /metrics (a dead but listening engine).
     #[arg(long)]
     fault_health: bool,
+    /// Publish the engine's KV-cache events as vLLM does (`--kv-events-config`): a ZMQ PUB
+    /// socket bound here, e.g. tcp://127.0.0.1:5557 (port 0: a free port; `*`: every
+    /// interface). The bound endpoint is printed on a second line, `kv-events on ENDPOINT`.
+    #[arg(long, value_name = "ENDPOINT")]
+    kv_events_endpoint: Option<String>,
+    /// Also bind vLLM's replay ROUTER socket here (needs --kv-events-endpoint).
+    #[arg(long, value_name = "ENDPOINT")]
+    kv_events_replay_endpoint: Option<String>,
+    /// The topic frame of KV-event messages (needs --kv-events-endpoint; default: empty, as
+    /// vLLM).
+    #[arg(long, value_name = "TOPIC")]
+    kv_events_topic: Option<String>,
+    /// How KV-event batches are encoded (needs --kv-events-endpoint; default: map, what current
+    /// vLLM sends; positional: vLLM before PR #42892 and SGLang; map-batch: the batch as a map
+    /// too).
+    #[arg(long, value_name = "LAYOUT", value_parser = ["positional", "map", "map-batch"])]
+    kv_events_layout: Option<String>,
     #[command(flatten)]
     tokenizer: TokenizerArgs,
     #[command(flatten)]
@@ -388,6 +405,39 @@ impl ServeArgs {
         }
         .into_spec()
         .map_err(|e| format!("--fault-* flags: {e}"))
+    }
+
+    /// The KV-event publishing these flags ask for (`None`: off). The other `--kv-events-*`
+    /// flags need `--kv-events-endpoint`.
+    fn kv_events(&self) -> Result<Option<serve::KvEventsConfig>, String> {
+        let Some(endpoint) = &self.kv_events_endpoint else {
+            let given = [
+                (
+                    "--kv-events-replay-endpoint",
+                    self.kv_events_replay_endpoint.is_some(),
+                ),
+                ("--kv-events-topic", self.kv_events_topic.is_some()),
+                ("--kv-events-layout", self.kv_events_layout.is_some()),
+            ];
+            return match given.iter().find(|(_, g)| *g) {
+                Some((flag, _)) => Err(format!(
+                    "{flag} needs --kv-events-endpoint (the PUB socket KV events are published on)"
+                )),
+                None => Ok(None),
+            };
+        };
+        if endpoint.trim().is_empty() {
+            return Err("--kv-events-endpoint must not be empty".into());
+        }
+        let mut cfg = serve::KvEventsConfig::new(endpoint.clone());
+        cfg.replay_endpoint = self.kv_events_replay_endpoint.clone();
+        cfg.topic = self.kv_events_topic.clone().unwrap_or_default();
+        if let Some(layout) = &self.kv_events_layout {
+            // clap accepts only the three values.
+            cfg.layout = serve::kv_publish::parse_layout(layout)
+                .ok_or_else(|| format!("--kv-events-layout: unknown layout {layout:?}"))?;
+        }
+        Ok(Some(cfg))
     }
 }
 
@@ -468,6 +518,13 @@ fn serve_cmd(a: ServeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let kv_events = match a.kv_events() {
+        Ok(k) => k,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let prompts = match a.tokenizer.reader() {
         Ok(p) => p,
         Err(code) => return code,
@@ -487,7 +544,7 @@ fn serve_cmd(a: ServeArgs) -> ExitCode {
         max_body_bytes: a.max_body_bytes,
         prompts,
     };
-    match rt.block_on(serve::run(cfg)) {
+    match rt.block_on(serve::run(cfg, kv_events)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -8,6 +8,11 @@
 //! time: a request's time to first token and (once it has all its tokens) its end-to-end
 //! latency, from its submission to the end of the step that produced the token (a request
 //! aborted before a token is not counted for it).
+//!
+//! KV events ([`Driver::with_kv_sink`]): the engine records its [`BlockEvent`]s, and after each
+//! step, each [`Driver::prime`] and each [`Driver::reset_prefix_cache`] the driver drains them
+//! and, if there are any, hands them to the [`KvSink`] in the same critical section that
+//! produced them, so hand-overs follow the engine's own order. The sink never blocks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,8 +21,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
+use super::kv_publish::KvSink;
 use super::metrics::Latencies;
-use crate::engine::{Engine, EngineCounters, RequestId, SubmitError, TokenEvent};
+use crate::engine::{BlockEvent, Engine, EngineCounters, RequestId, SubmitError, TokenEvent};
 
 struct State {
     engine: Engine,
@@ -25,6 +31,24 @@ struct State {
     next_id: RequestId,
     requests_total: u64,
     latencies: Latencies,
+    // Where the engine's KV events go, when they are published.
+    kv_sink: Option<KvSink>,
+}
+
+impl State {
+    /// Hands the KV events recorded so far to the sink, if any. If the publisher is gone, stops
+    /// recording (turning recording off is safe at any time; turning it on is not).
+    fn flush_kv_events(&mut self) {
+        let Some(sink) = &self.kv_sink else {
+            return;
+        };
+        let mut events: Vec<BlockEvent> = Vec::new();
+        self.engine.drain_kv_events(&mut events);
+        if !events.is_empty() && !sink.send(events) {
+            self.kv_sink = None;
+            self.engine.record_kv_events(false);
+        }
+    }
 }
 
 /// A live request's token channel and when it was submitted.
@@ -77,6 +101,18 @@ impl Driver {
     /// A driver for `engine`, stepping `speedup` times faster than the model's time (> 0).
     /// Call [`Driver::run`] on a task.
     pub fn new(engine: Engine, speedup: f64) -> Arc<Driver> {
+        Self::build(engine, speedup, None)
+    }
+
+    /// As [`Driver::new`], with the engine recording its KV events and the driver handing them
+    /// to `sink` (see the module docs). `engine` must have no request yet: requests submitted
+    /// before recording starts do not keep the tokens a stored block's event carries.
+    pub fn with_kv_sink(mut engine: Engine, speedup: f64, sink: KvSink) -> Arc<Driver> {
+        engine.record_kv_events(true);
+        Self::build(engine, speedup, Some(sink))
+    }
+
+    fn build(engine: Engine, speedup: f64, kv_sink: Option<KvSink>) -> Arc<Driver> {
         Arc::new(Driver {
             state: Mutex::new(State {
                 engine,
@@ -84,6 +120,7 @@ impl Driver {
                 next_id: 1,
                 requests_total: 0,
                 latencies: Latencies::default(),
+                kv_sink,
             }),
             wake: Notify::new(),
             speedup: if speedup.is_finite() && speedup > 0.0 {
@@ -137,12 +174,17 @@ impl Driver {
 
     /// Caches a prompt's blocks at once.
     pub fn prime(&self, tokens: &[u32]) {
-        self.lock().engine.prime(tokens);
+        let mut st = self.lock();
+        st.engine.prime(tokens);
+        st.flush_kv_events();
     }
 
     /// Resets the prefix cache; false while requests hold cached blocks.
     pub fn reset_prefix_cache(&self) -> bool {
-        self.lock().engine.reset_prefix_cache()
+        let mut st = self.lock();
+        let reset = st.engine.reset_prefix_cache();
+        st.flush_kv_events();
+        reset
     }
 
     /// The engine's counters and the number of requests accepted so far.
@@ -161,7 +203,15 @@ impl Driver {
         let mut out = Vec::new();
         let mut deadline = Instant::now();
         loop {
-            let step = self.lock().engine.start_step();
+            let step = {
+                let mut st = self.lock();
+                let step = st.engine.start_step();
+                if step.is_none() {
+                    // Nothing scheduled: nothing recorded either, but never leave events behind.
+                    st.flush_kv_events();
+                }
+                step
+            };
             let Some(us) = step else {
                 self.wake.notified().await;
                 deadline = Instant::now();
@@ -176,6 +226,8 @@ impl Driver {
             let mut guard = self.lock();
             let st = &mut *guard;
             st.engine.finish_step(&mut out);
+            // The step's events (evictions when it was scheduled, blocks it cached) as one batch.
+            st.flush_kv_events();
             let end = Instant::now();
             for ev in &out {
                 let gone = match st.subscribers.get(&ev.id) {

@@ -2,9 +2,20 @@
 //! HTTP API, with fault injection for end-to-end tests.
 //!
 //! ## Contract
-//! - Binds `host:port` (port 0 = a free port) and, once accepting, prints exactly one line
-//!   `listening on HOST:PORT` to stdout (flushed). Exits cleanly on SIGTERM/SIGINT (open
-//!   streams get up to 2 s to finish).
+//! - Binds `host:port` (port 0 = a free port) and, once accepting, prints the line
+//!   `listening on HOST:PORT` to stdout (flushed); it is always the first line. Exits cleanly
+//!   on SIGTERM/SIGINT (open streams get up to 2 s to finish).
+//! - KV-cache events (a [`KvEventsConfig`]: `--kv-events-endpoint` and friends), as a vLLM
+//!   started with `--kv-events-config` publishes them: the ZMQ PUB socket (and the replay
+//!   ROUTER socket, if asked for) is bound before the first line is printed, and a second
+//!   stdout line follows it (flushed): `kv-events on ENDPOINT`, or `kv-events on ENDPOINT
+//!   replay REPLAY_ENDPOINT`, with the endpoints as bound (port 0 resolved). Each engine step
+//!   that cached or evicted blocks (and each prime or successful `/reset_prefix_cache`) is
+//!   published as one msgpack `KVEventBatch` in the chosen layout: chained stored blocks as one
+//!   `BlockStored` (block size = the engine's, medium `GPU`), evicted blocks as one
+//!   `BlockRemoved`, a reset as `AllBlocksCleared`, in the engine's order; seqs count from 0
+//!   (see [`kv_publish`]). Publishing never stalls the engine; its first error is reported on
+//!   stderr. Without it no socket is opened and only the first line is printed.
 //! - Every response, errors included, carries `x-kvroute-sim-replica: NAME`.
 //! - `POST /v1/completions`, `POST /v1/chat/completions`: streaming (SSE, `[DONE]`, usage chunk
 //!   with `prompt_tokens_details.cached_tokens` when `stream_options.include_usage`) and
@@ -35,11 +46,13 @@
 
 mod driver;
 pub mod fault;
+pub mod kv_publish;
 pub mod metrics;
 pub mod openai;
 
 pub use driver::{Driver, Subscription};
 pub use fault::{FaultRequest, FaultSpec};
+pub use kv_publish::KvEventsConfig;
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -75,7 +88,8 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 8 << 20;
 /// that the client, done sending, reads the 413 rather than a connection reset.
 const DRAIN_BYTES: u64 = 64 << 20;
 
-/// What the server needs.
+/// What the server needs (KV-event publishing, optional, is configured apart: see
+/// [`BoundServer::bind_with_kv_events`]).
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
     /// Address to bind (default 127.0.0.1).
@@ -122,6 +136,14 @@ pub enum ServeError {
         /// The error.
         source: std::io::Error,
     },
+    /// The KV-event sockets could not be bound.
+    #[error("cannot publish KV events on {endpoint}: {source}")]
+    KvEvents {
+        /// The endpoints asked for (and the replay endpoint, if any).
+        endpoint: String,
+        /// The error.
+        source: kvroute_kv_events::TransportError,
+    },
 }
 
 struct App {
@@ -139,11 +161,22 @@ pub struct BoundServer {
     app: AxumRouter,
     driver: Arc<Driver>,
     addr: SocketAddr,
+    // The KV-event publisher; dropping it (when serving ends) closes its sockets.
+    kv_events: Option<kv_publish::KvPublisher>,
 }
 
 impl BoundServer {
-    /// Validates the configuration and binds the listener.
+    /// Validates the configuration and binds the listener (no KV events are published).
     pub async fn bind(config: ServeConfig) -> Result<BoundServer, ServeError> {
+        Self::bind_with_kv_events(config, None).await
+    }
+
+    /// As [`BoundServer::bind`], and, with `kv_events`, binds the KV-event sockets and starts
+    /// publishing the engine's KV events (see the module docs). Must run inside a tokio runtime.
+    pub async fn bind_with_kv_events(
+        config: ServeConfig,
+        kv_events: Option<KvEventsConfig>,
+    ) -> Result<BoundServer, ServeError> {
         if !config.speedup.is_finite() || config.speedup <= 0.0 {
             return Err(ServeError::Speedup(config.speedup));
         }
@@ -157,7 +190,6 @@ impl BoundServer {
             return Err(ServeError::BodyLimit);
         }
         let engine = Engine::new(config.engine)?;
-        let driver = Driver::new(engine, config.speedup);
         let addr = format!("{}:{}", config.host, config.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
@@ -168,6 +200,23 @@ impl BoundServer {
         let local = listener
             .local_addr()
             .map_err(|source| ServeError::Io { addr, source })?;
+        let (driver, kv_events) = match kv_events {
+            None => (Driver::new(engine, config.speedup), None),
+            Some(kv) => {
+                let (publisher, sink) =
+                    kv_publish::KvPublisher::start(&kv, config.engine.block_size)
+                        .await
+                        .map_err(|source| ServeError::KvEvents {
+                            endpoint: match &kv.replay_endpoint {
+                                Some(r) => format!("{} (replay {r})", kv.endpoint),
+                                None => kv.endpoint.clone(),
+                            },
+                            source,
+                        })?;
+                let driver = Driver::with_kv_sink(engine, config.speedup, sink);
+                (driver, Some(publisher))
+            }
+        };
         let app = Arc::new(App {
             driver: Arc::clone(&driver),
             model: config.model,
@@ -181,12 +230,23 @@ impl BoundServer {
             app: router(app),
             driver,
             addr: local,
+            kv_events,
         })
     }
 
     /// The bound address.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The KV-event PUB endpoint as bound (port 0 resolved), when publishing.
+    pub fn kv_events_endpoint(&self) -> Option<&str> {
+        self.kv_events.as_ref().map(|p| p.endpoint())
+    }
+
+    /// The KV-event replay ROUTER endpoint as bound, when publishing with one.
+    pub fn kv_events_replay_endpoint(&self) -> Option<&str> {
+        self.kv_events.as_ref().and_then(|p| p.replay_endpoint())
     }
 
     /// The engine driver (for tests and in-process use).
@@ -230,6 +290,8 @@ impl BoundServer {
         .await;
         connections.abort_all();
         engine_task.abort();
+        // Stops publishing and closes the KV-event sockets.
+        drop(self.kv_events);
         Ok(())
     }
 }
@@ -292,11 +354,18 @@ async fn serve_connection(
     }
 }
 
-/// Binds, prints `listening on HOST:PORT`, and serves until SIGTERM or SIGINT.
-pub async fn run(config: ServeConfig) -> Result<(), ServeError> {
-    let server = BoundServer::bind(config).await?;
+/// Binds, prints `listening on HOST:PORT` (and, when publishing KV events, `kv-events on
+/// ENDPOINT[ replay REPLAY_ENDPOINT]`), and serves until SIGTERM or SIGINT.
+pub async fn run(config: ServeConfig, kv_events: Option<KvEventsConfig>) -> Result<(), ServeError> {
+    let server = BoundServer::bind_with_kv_events(config, kv_events).await?;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "listening on {}", server.local_addr());
+    if let Some(endpoint) = server.kv_events_endpoint() {
+        let _ = match server.kv_events_replay_endpoint() {
+            Some(replay) => writeln!(out, "kv-events on {endpoint} replay {replay}"),
+            None => writeln!(out, "kv-events on {endpoint}"),
+        };
+    }
     let _ = out.flush();
     drop(out);
     server.serve(shutdown_signal()).await
