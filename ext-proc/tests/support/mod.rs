@@ -8,6 +8,7 @@
 pub mod errors;
 pub mod hot50;
 pub mod k8s;
+pub mod kv_events;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -148,7 +149,19 @@ impl Drop for Proc {
 
 /// Spawns `cmd` (stdout piped, stderr to `log`) and waits for a stdout line containing
 /// `marker`; returns the process and that line.
-fn spawn_and_wait(name: &str, mut cmd: Command, log: &Path, marker: &str) -> (Proc, String) {
+fn spawn_and_wait(name: &str, cmd: Command, log: &Path, marker: &str) -> (Proc, String) {
+    let (proc, mut lines) = spawn_and_collect(name, cmd, log, marker);
+    let last = lines.pop().unwrap_or_default();
+    (proc, last)
+}
+
+/// As [`spawn_and_wait`], returning every stdout line up to the marker's.
+pub fn spawn_and_collect(
+    name: &str,
+    mut cmd: Command,
+    log: &Path,
+    marker: &str,
+) -> (Proc, Vec<String>) {
     let err = std::fs::File::create(log).unwrap();
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(err);
     let mut child = cmd
@@ -159,9 +172,12 @@ fn spawn_and_wait(name: &str, mut cmd: Command, log: &Path, marker: &str) -> (Pr
     let marker = marker.to_owned();
     std::thread::spawn(move || {
         let mut lines = BufReader::new(stdout).lines();
+        let mut seen = Vec::new();
         for line in lines.by_ref().map_while(Result::ok) {
-            if line.contains(&marker) {
-                let _ = tx.send(line);
+            let done = line.contains(&marker);
+            seen.push(line);
+            if done {
+                let _ = tx.send(std::mem::take(&mut seen));
                 break;
             }
         }
@@ -173,7 +189,7 @@ fn spawn_and_wait(name: &str, mut cmd: Command, log: &Path, marker: &str) -> (Pr
         child: Some(child),
     };
     match rx.recv_timeout(Duration::from_secs(30)) {
-        Ok(line) => (proc, line),
+        Ok(lines) => (proc, lines),
         Err(_) => panic!(
             "{name} did not start; log:\n{}",
             std::fs::read_to_string(log).unwrap_or_default()
