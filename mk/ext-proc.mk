@@ -29,13 +29,15 @@ test-e2e: $(ENVOY_BIN)
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test tls -- --ignored
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test discovery -- --ignored --nocapture
 	# Two kvroute-ext-proc replicas behind one Envoy, fed by the same engines' KV events.
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test kv_events_envoy -- --ignored
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test kv_events_envoy -- --ignored --exact two_router_replicas_share_the_engines_view
 	# The READMEs' commands as written: ext-proc Quick start, envoy/README.md, make demo's script at its end and on Ctrl-C (a few seconds).
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test readme_commands -- --ignored --test-threads 2
 	# Fleet faults, one at a time (they count requests and time readmissions; about 20 s).
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test faults -- --ignored --test-threads 1 --nocapture
 	# Alone, so that no other test's load disturbs the latencies it compares (about 30 s).
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test e2e -- --ignored --nocapture hot50_through_envoy
+	# The same with token blocks and engine views fed by the engines' KV events (about 30 s).
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test kv_events_envoy -- --ignored --nocapture --exact hot50_token_blocks_with_kv_events
 	# kvroute inside Envoy (the dynamic module libkvroute_envoy.so): the same checks, hot50 alone.
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy --test e2e -- --ignored --test-threads 2 --skip hot50
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy --test e2e -- --ignored --nocapture hot50

@@ -261,8 +261,12 @@ async fn silence_suspends_a_view_and_a_dead_publisher_loses_it() {
         .unwrap();
     f.until("a's blocks", |f| f.blocks("a") == Some(2)).await;
 
-    // Requests go to a and nothing comes back: suspended (kept), the index answers.
+    // A request whose prompt the engine holds makes it store nothing: no suspicion.
     assert_eq!(f.route(&p1).1, MatchView::Engine);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert!(f.has("kvroute_kv_view_state{pod=\"a\",state=\"engine\"} 1"));
+    // One with new blocks and nothing comes back: suspended (kept), the index answers.
+    f.route(&prompt(2, 2));
     f.until("suspended", |f| {
         f.has("kvroute_kv_view_state{pod=\"a\",state=\"suspended\"} 1")
     })

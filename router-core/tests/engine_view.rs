@@ -181,3 +181,25 @@ fn what_was_just_sent_counts_until_the_engine_reports() {
     let late = route(&mut r, &p, 1_100 + pending);
     assert_eq!(late.matched_blocks, 0, "{late}");
 }
+
+/// A request routed on a view with blocks the engine does not hold makes the engine owe a
+/// batch (`awaiting_since`, until one is applied); one fully held does not.
+#[test]
+fn routing_uncached_blocks_awaits_a_batch_and_a_batch_settles_it() {
+    let (mut r, pods) = router_with_pods(1, config(Strategy::PrefixCache));
+    let p = prompt(4, 640);
+    store(&mut r, pods[0], 0, &p, 4);
+    let d = route(&mut r, &p, 5);
+    assert_eq!((d.matched_blocks, d.total_blocks), (40, 40));
+    assert_eq!(r.kv_view(pods[0]).unwrap().awaiting_since, None);
+    let q = prompt(5, 640);
+    route(&mut r, &q, 6);
+    route(&mut r, &q, 9);
+    assert_eq!(r.kv_view(pods[0]).unwrap().awaiting_since, Some(t(6)));
+    assert!(r.suspend_kv_view(pods[0]).unwrap());
+    assert_eq!(route(&mut r, &p, 10).view, MatchView::Index);
+    store(&mut r, pods[0], 1, &q, 5);
+    let v = r.kv_view(pods[0]).unwrap();
+    assert_eq!((v.awaiting_since, v.suspended), (None, false));
+    assert_eq!(route(&mut r, &p, 11).view, MatchView::Engine);
+}

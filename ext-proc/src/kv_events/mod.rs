@@ -17,8 +17,9 @@
 //!   (ingested, not used) until the engine clears its cache or restarts. A publisher restart
 //!   (its numbers start again) restarts the view.
 //! - **Events that stop**: a pod whose subscription is down for `silence_ms` loses its view;
-//!   a pod that was sent requests for `silence_ms` without a batch coming back has its view
-//!   suspended (kept, fed, not used) until the next batch. Either way it is matched against the
+//!   a pod sent a request with blocks its engine did not hold `silence_ms` ago, with no batch
+//!   back since, has its view suspended (kept, fed, not used) until the next batch (requests
+//!   whose prompts are cached make the engine store nothing, so they raise no suspicion). Either way it is matched against the
 //!   router-side index meanwhile, and both show in `/metrics`
 //!   (`kvroute_kv_view_state{pod,state}`) and in the log. A pod whose engine never publishes
 //!   simply has no view.
@@ -44,8 +45,9 @@ pub use status::{KvEventsStatus, PodStatus};
 
 /// How often the subscriptions are matched to the pods.
 pub const RECONCILE_EVERY: Duration = Duration::from_secs(1);
-/// Default `silence_ms`.
-pub const DEFAULT_SILENCE: Duration = Duration::from_secs(10);
+/// Default `silence_ms`: longer than a request waits in a loaded engine's queue before its
+/// blocks are computed, as the 30 s pending window of the core's engine views.
+pub const DEFAULT_SILENCE: Duration = Duration::from_secs(30);
 /// Default `connect_timeout_ms`, also the longest wait between two connection attempts.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Default `replay_timeout_ms`.
@@ -64,7 +66,7 @@ pub struct KvEventsSection {
     /// The topic prefix subscribed to (vLLM's `topic`; default empty: everything).
     #[serde(default)]
     pub topic: Option<String>,
-    /// See the module docs; default 10 000.
+    /// See the module docs; default 30 000.
     #[serde(default)]
     pub silence_ms: Option<u64>,
     /// Longest wait for a connection; default 2 000.

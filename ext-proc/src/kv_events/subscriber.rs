@@ -31,10 +31,6 @@ struct Sub {
     target: Target,
     /// When the subscription went down (or first tried to come up) without being up since.
     down_since: Option<Instant>,
-    /// `routed` of the pod when the last batch arrived, and since when requests were sent
-    /// with no batch back.
-    routed_at_batch: u64,
-    unanswered_since: Option<Instant>,
     warned_block_size: bool,
 }
 
@@ -48,13 +44,11 @@ pub(super) async fn run(
 ) {
     status.update(&target.pod, |s| s.endpoint = target.endpoint.clone());
     let mut sub = Sub {
-        routed_at_batch: routed(&shared, pod),
         shared,
         status,
         pod,
         target,
         down_since: Some(Instant::now()),
-        unanswered_since: None,
         warned_block_size: false,
     };
     let mut backoff = Duration::from_millis(100);
@@ -106,10 +100,6 @@ pub(super) async fn run(
     }
 }
 
-fn routed(shared: &Shared, pod: PodId) -> u64 {
-    shared.router.lock().pod(pod).map_or(0, |p| p.routed)
-}
-
 impl Sub {
     fn now(&self) -> Timestamp {
         self.shared.now()
@@ -156,31 +146,28 @@ impl Sub {
             }
             return;
         }
-        let routed = routed(&self.shared, self.pod);
-        if routed == self.routed_at_batch {
-            self.unanswered_since = None;
-            return;
-        }
-        let since = *self.unanswered_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < silence {
-            return;
-        }
+        // Requests with blocks the engine did not hold went to the pod `silence` ago and no
+        // batch came back since (a request whose prompt is cached stores nothing: no
+        // suspicion).
+        let now = self.now();
         let mut router = self.shared.router.lock();
-        let suspended = router
-            .kv_view(self.pod)
-            .is_some_and(|v| !v.suspended && v.complete);
-        if suspended {
+        let overdue = router.kv_view(self.pod).is_some_and(|v| {
+            v.complete
+                && !v.suspended
+                && v.awaiting_since.is_some_and(|t| {
+                    now.as_millis().saturating_sub(t.as_millis()) >= silence.as_millis() as u64
+                })
+        });
+        if overdue {
             let _ = router.suspend_kv_view(self.pod);
             drop(router);
-            tracing::warn!(pod = %self.target.pod, "requests went to the pod for {silence:?} and no KV events came back: engine view suspended until the next batch");
+            tracing::warn!(pod = %self.target.pod, "requests with uncached blocks went to the pod {silence:?} ago and no KV events came back: engine view suspended until the next batch");
             self.status.update(&self.target.pod, |s| s.suspensions += 1);
         }
     }
 
     /// Applies one payload, repairing a gap from the replay endpoint or accepting it.
     async fn on_message(&mut self, seq: u64, payload: &[u8]) {
-        self.routed_at_batch = routed(&self.shared, self.pod);
-        self.unanswered_since = None;
         self.status.update(&self.target.pod, |s| s.batches += 1);
         let expected = match self.feed(KvSource::Live, seq, payload) {
             Fed::Done => return,

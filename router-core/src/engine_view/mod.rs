@@ -22,8 +22,11 @@
 //!   only while the view is complete, not suspended and keyed at the request's block size;
 //!   otherwise against the router-side index, and the decision says which (see
 //!   [`crate::MatchView`]).
-//! - **Suspended views.** A shell that suspects the events stopped (requests went to the pod
-//!   but no batch came back) suspends the view ([`crate::Router::suspend_kv_view`]): it is kept
+//! - **Awaited blocks.** A token-keyed request routed to a pod on its view with full blocks the
+//!   view did not hold will make the engine store blocks: [`ViewStats::awaiting_since`] is when
+//!   the oldest such request was routed since the last applied batch.
+//! - **Suspended views.** A shell that suspects the events stopped (blocks awaited for too
+//!   long) suspends the view ([`crate::Router::suspend_kv_view`]): it is kept
 //!   and still fed, but not used, until the next batch is applied.
 
 mod blocks;
@@ -141,6 +144,9 @@ pub struct ViewStats {
     pub gap_pending: bool,
     /// Suspended by the shell ([`crate::Router::suspend_kv_view`]) until the next batch.
     pub suspended: bool,
+    /// When the oldest request routed on the view with blocks it did not hold was routed,
+    /// since the last applied batch (the engine owes a batch since then).
+    pub awaiting_since: Option<Timestamp>,
     /// Engine blocks held.
     pub blocks: u64,
     /// The block size the events are keyed at (0 before any stored block).
@@ -183,6 +189,7 @@ struct PodView {
     complete: bool,
     gap_pending: bool,
     suspended: bool,
+    awaiting_since: Option<Timestamp>,
     stats: ViewStats,
 }
 
@@ -195,6 +202,7 @@ impl PodView {
             complete: false,
             gap_pending: false,
             suspended: false,
+            awaiting_since: None,
             stats: ViewStats::default(),
         }
     }
@@ -278,6 +286,7 @@ impl EngineViews {
         }
         view.gap_pending = false;
         view.suspended = false;
+        view.awaiting_since = None;
         view.next = Next::Seq(seq.saturating_add(1));
         for event in events {
             apply_event(
@@ -317,6 +326,13 @@ impl EngineViews {
         }
     }
 
+    /// A request was routed to `pod` on its view with blocks the view did not hold.
+    pub(crate) fn await_blocks(&mut self, pod: PodId, now: Timestamp) {
+        if let Some(Some(view)) = self.views.get_mut(pod.index()) {
+            view.awaiting_since.get_or_insert(now);
+        }
+    }
+
     /// Drops `pod`'s view (the pod stopped publishing, or was removed).
     pub(crate) fn remove(&mut self, pod: PodId) {
         if let Some(v) = self.views.get_mut(pod.index()) {
@@ -331,6 +347,7 @@ impl EngineViews {
             complete: view.complete && !view.gap_pending,
             gap_pending: view.gap_pending,
             suspended: view.suspended,
+            awaiting_since: view.awaiting_since,
             blocks: view.blocks.len() as u64,
             block_size: view.block_size,
             memory_bytes: view.blocks.memory_bytes() as u64,

@@ -38,7 +38,7 @@ impl Router {
     }
 
     /// Stops using `pod`'s engine view until its next applied batch (the shell suspects its
-    /// events stopped: requests went to it and no batch came back). The view is kept and still
+    /// events stopped: [`ViewStats::awaiting_since`] is long past). The view is kept and still
     /// fed, so nothing is lost if the events were only late. Returns whether it had a view.
     pub fn suspend_kv_view(&mut self, pod: PodId) -> Result<bool, RegistryError> {
         self.registry.pod(pod)?;

@@ -715,6 +715,10 @@ impl Router {
             }
         };
         self.index.insert(model, chosen.pod, hashes, now);
+        if exact && chosen.matched < total_blocks {
+            // The engine will store blocks: it owes a batch of events from now.
+            self.views.await_blocks(chosen.pod, now);
+        }
         let context = TicketContext {
             prompt_bytes: size.prompt_bytes,
             queue_ms: est.queue_ms,
