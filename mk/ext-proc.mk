@@ -36,8 +36,6 @@ test-e2e: $(ENVOY_BIN)
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test faults -- --ignored --test-threads 1 --nocapture
 	# Alone, so that no other test's load disturbs the latencies it compares (about 30 s).
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test e2e -- --ignored --nocapture hot50_through_envoy
-	# The same with token blocks and engine views fed by the engines' KV events (about 30 s).
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test kv_events_envoy -- --ignored --nocapture --exact hot50_token_blocks_with_kv_events
 	# kvroute inside Envoy (the dynamic module libkvroute_envoy.so): the same checks, hot50 alone.
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy --test e2e -- --ignored --test-threads 2 --skip hot50
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy --test e2e -- --ignored --nocapture hot50
