@@ -21,6 +21,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, LazyLock, Weak};
 
 use kvroute_ext_proc::config::{Config, ConfigSource, Overrides};
+use kvroute_ext_proc::discovery::envoy::EnvoyFeed;
 use kvroute_ext_proc::env::EnvSnapshot;
 use kvroute_ext_proc::reload::Trigger;
 use kvroute_ext_proc::shared::Shared;
@@ -69,6 +70,8 @@ pub enum InstanceError {
 pub struct Instance {
     /// The router and settings every request reads.
     pub shared: Arc<Shared>,
+    /// Where Envoy's view of the pods' cluster goes (`[discovery] source = "envoy"`).
+    pub envoy_feed: Option<EnvoyFeed>,
     /// Where the configuration came from.
     text: Mutex<ConfigText>,
     source: ConfigSource,
@@ -88,7 +91,14 @@ impl Instance {
         }
         let started = Arc::new(Instance::start(parsed)?);
         all.insert(name.to_owned(), Arc::downgrade(&started));
+        drop(all);
+        crate::fleet::replay(name, &started);
         Ok(started)
+    }
+
+    /// The running instance named `name`, if any.
+    pub fn find(name: &str) -> Option<Arc<Instance>> {
+        INSTANCES.lock().get(name).and_then(Weak::upgrade)
     }
 
     fn source_for(text: &ConfigText) -> ConfigSource {
@@ -146,7 +156,10 @@ impl Instance {
                                 default_strategy = %config.default_strategy_text,
                                 "kvroute module serving"
                             );
-                            let _ = ready_tx.send(Ok(background.shared.clone()));
+                            let _ = ready_tx.send(Ok((
+                                background.shared.clone(),
+                                background.envoy_feed.clone(),
+                            )));
                             let _ = stop_rx.await;
                             background.shared.set_ready(false);
                             drop(background);
@@ -158,8 +171,8 @@ impl Instance {
                 });
             })
             .map_err(|e| InstanceError::Start(e.to_string()))?;
-        let shared = match ready_rx.recv() {
-            Ok(Ok(shared)) => shared,
+        let (shared, envoy_feed) = match ready_rx.recv() {
+            Ok(Ok(started)) => started,
             Ok(Err(e)) => {
                 let _ = thread.join();
                 return Err(InstanceError::Start(e));
@@ -171,6 +184,7 @@ impl Instance {
         };
         Ok(Instance {
             shared,
+            envoy_feed,
             text: Mutex::new(text),
             source,
             stop: Mutex::new(Some(stop_tx)),

@@ -10,12 +10,15 @@
 //! Modules: [`abi`] (the only unsafe code: Envoy's C ABI, its hooks and callbacks, panics
 //! caught at the boundary) → [`filter`] (one stream's routing, safe, over the [`host`]
 //! trait) → [`instance`] (the router shared by Envoy's workers, and the background thread);
-//! [`log`].
+//! [`balancer`] (kvroute as the pods' cluster's load-balancing policy: Envoy's hosts and their
+//! health, [`fleet`]); [`log`].
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod abi;
+pub mod balancer;
 pub mod filter;
+pub mod fleet;
 pub mod host;
 pub mod instance;
 pub mod log;

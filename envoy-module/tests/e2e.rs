@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kvroute_ext_proc::config::{ConfigSource, Overrides};
 use kvroute_ext_proc::env::EnvSnapshot;
-use kvroute_ext_proc::envoy_module_config::{render, FilterConfig, ModuleOptions};
+use kvroute_ext_proc::envoy_module_config::{render, FilterConfig, ModuleOptions, PodsCluster};
 use support::*;
 
 /// Envoy with the module, two replicas, and the module's admin address.
@@ -47,6 +47,11 @@ fn module_dir() -> PathBuf {
 
 /// The shipped module template rendered for `config` (a TOML file), Envoy on free ports.
 fn module_yaml(config: &Path, inline: bool) -> Vec<u8> {
+    module_yaml_with(config, inline, PodsCluster::OriginalDst)
+}
+
+/// As [`module_yaml`], with the pods' cluster `pods`.
+fn module_yaml_with(config: &Path, inline: bool, pods: PodsCluster) -> Vec<u8> {
     let source = ConfigSource {
         path: Some(config.to_path_buf()),
         env: EnvSnapshot::default(),
@@ -64,6 +69,7 @@ fn module_yaml(config: &Path, inline: bool) -> Vec<u8> {
         listen: any,
         admin: any,
         filter_config,
+        pods,
     };
     render(&loaded, &opts).into_bytes()
 }
@@ -400,4 +406,96 @@ fn a_configuration_file_is_reloaded_when_it_changes() {
     .expect("the new default strategy was not applied");
     assert!(reloads(&s, "ok") >= 1);
     s.expect_in_flight(0);
+}
+
+/// `[discovery] source = "envoy"`: the pods are the cluster's hosts (here static), and Envoy's
+/// active health checks decide which kvroute may pick. kvroute's own checks and ejections are
+/// off, so only Envoy's knowledge can take a pod out.
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn envoy_fleet_hosts_and_health_checks_decide_the_pods() {
+    let dir = TempDir::new("module-fleet");
+    let sims = [
+        Sim::start(&dir, "replica-a", 5.0),
+        Sim::start(&dir, "replica-b", 5.0),
+    ];
+    let config = dir.path("kvroute.toml");
+    std::fs::write(
+        &config,
+        "[listen]\ngrpc = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n[routing]\nseed = 1\n\
+         [engine_metrics]\nscrape_interval_ms = 0\n\
+         [health]\ncheck_interval_ms = 0\nconsecutive_5xx = 0\nconsecutive_gateway_failures = 0\n\
+         [discovery]\nsource = \"envoy\"\n[discovery.envoy]\nmodel = \"study\"\n",
+    )
+    .unwrap();
+    let addrs: Vec<SocketAddr> = sims.iter().map(|s| s.addr.parse().unwrap()).collect();
+    let yaml = module_yaml_with(&config, false, PodsCluster::Static(addrs));
+    let envoy = start_envoy(&dir, &yaml);
+    let admin = module_admin(&dir);
+    let metrics = || http(&admin, "GET", "/metrics", &[], b"").text();
+    let pods = |state: &str| {
+        metric_sum(
+            &metrics(),
+            &format!("kvroute_discovery_pods{{model=\"study\",state=\"{state}\"}}"),
+        )
+    };
+    let both = wait_for(Duration::from_secs(15), || {
+        (pods("ready") == 2).then_some(())
+    });
+    assert!(
+        both.is_some(),
+        "Envoy's hosts never became pods:\n{}",
+        metrics()
+    );
+
+    // Requests reach the pod kvroute named (pods are named by address).
+    let mut seen = std::collections::BTreeSet::new();
+    for q in 0..6 {
+        let body = completion("study", &prompt(&format!("fleet-{q}"), q, 600), 2, false);
+        let r = http(&envoy.listen, "POST", "/v1/completions", &[], &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let target = r.header("target-pod").unwrap().to_owned();
+        let sim = sims.iter().find(|s| s.addr == target).expect("a known pod");
+        assert_eq!(replica(&r), sim.name, "sent where kvroute decided");
+        seen.insert(target);
+    }
+    let models = http(&envoy.listen, "GET", "/v1/models", &[], b"");
+    assert_eq!(models.status, 200, "{}", models.text());
+
+    // replica-b fails Envoy's health checks: Envoy takes it out, and so does kvroute.
+    let fault = r#"{"status": 503, "health": true}"#;
+    let r = http(&sims[1].addr, "POST", "/fault", &[], fault.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let out = wait_for(Duration::from_secs(15), || {
+        (pods("unready") == 1).then_some(())
+    });
+    assert!(
+        out.is_some(),
+        "Envoy's health never reached kvroute:\n{}\n{}",
+        http(&envoy.admin, "GET", "/stats?filter=health_check", &[], b"").text(),
+        metrics()
+    );
+    for q in 0..6 {
+        let body = completion(
+            "study",
+            &prompt(&format!("fleet-{q}"), q + 10, 600),
+            2,
+            false,
+        );
+        let r = http(&envoy.listen, "POST", "/v1/completions", &[], &body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(replica(&r), "replica-a");
+    }
+    // Back in when it passes again.
+    let r = http(&sims[1].addr, "DELETE", "/fault", &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let back = wait_for(Duration::from_secs(15), || {
+        (pods("ready") == 2).then_some(())
+    });
+    assert!(back.is_some(), "never back:\n{}", metrics());
+    let idle = wait_for(Duration::from_secs(5), || {
+        (metric_sum(&metrics(), "kvroute_pod_in_flight{") == 0).then_some(())
+    });
+    assert!(idle.is_some(), "{}", metrics());
+    println!("pods used before the fault: {seen:?}");
 }

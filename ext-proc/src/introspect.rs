@@ -145,6 +145,9 @@ pub fn config(config: &Config) -> Value {
         .collect();
     let discovery = match &config.discovery {
         crate::discovery::Discovery::Static => json!({ "source": "static" }),
+        crate::discovery::Discovery::Envoy { model } => {
+            json!({ "source": "envoy", "model": model })
+        }
         crate::discovery::Discovery::Kubernetes(k) => json!({
             "source": "kubernetes",
             "mode": format!("{:?}", k.mode),

@@ -89,6 +89,9 @@ pub enum Error {
     /// TLS could not be set up.
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
+    /// `[discovery] source = "envoy"` outside Envoy.
+    #[error("[discovery] source = \"envoy\" works only inside Envoy (the dynamic module libkvroute_envoy.so): kvroute-ext-proc cannot see Envoy's clusters")]
+    EnvoyDiscovery,
 }
 
 async fn bind(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), Error> {
@@ -123,6 +126,7 @@ fn log_loaded(config: &Config, path: Option<&std::path::Path>) {
     let discovery = match &config.discovery {
         discovery::Discovery::Static => "static".to_owned(),
         discovery::Discovery::Kubernetes(k) => format!("kubernetes {:?}", k.mode),
+        discovery::Discovery::Envoy { model } => format!("envoy (model {model})"),
     };
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -149,6 +153,8 @@ pub struct Background {
     pub shared: Arc<Shared>,
     /// The admin listener's address.
     pub admin_addr: SocketAddr,
+    /// Where Envoy publishes its upstream hosts (`[discovery] source = "envoy"`).
+    pub envoy_feed: Option<discovery::envoy::EnvoyFeed>,
     stop_tx: watch::Sender<bool>,
 }
 
@@ -163,6 +169,7 @@ impl Background {
         let mut registry = Registry::default();
         let shared = Shared::new(config, &mut registry)?;
         let discovery = discovery::Source::register(config.discovery.clone(), &mut registry);
+        let envoy_feed = discovery.envoy_feed();
         let kv_status = kv_events::KvEventsStatus::default();
         kv_status.register(&mut registry, shared.router.clone());
         process_metrics::register(&mut registry);
@@ -193,6 +200,7 @@ impl Background {
         Ok(Background {
             shared,
             admin_addr,
+            envoy_feed,
             stop_tx,
         })
     }
@@ -220,6 +228,9 @@ pub async fn run(
     source: ConfigSource,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
+    if matches!(config.discovery, discovery::Discovery::Envoy { .. }) {
+        return Err(Error::EnvoyDiscovery);
+    }
     let config_path = source.path.clone();
     let grpc_tls = match &config.tls {
         Some(t) => Some(t.acceptor(&[b"h2"])?),

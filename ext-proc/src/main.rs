@@ -53,9 +53,20 @@ fn main() -> ExitCode {
         listen,
         admin,
         inline,
+        pods,
     }) = &cli.command
     {
-        return print_module_config(&cli, &config, *listen, *admin, *inline);
+        return print_module_config(&cli, &config, *listen, *admin, *inline, pods.as_deref());
+    }
+    if matches!(
+        config.discovery,
+        kvroute_ext_proc::discovery::Discovery::Envoy { .. }
+    ) {
+        eprintln!(
+            "kvroute-ext-proc: {}",
+            kvroute_ext_proc::Error::EnvoyDiscovery
+        );
+        return ExitCode::from(2);
     }
     let filter = match tracing_subscriber::EnvFilter::try_new(&cli.log) {
         Ok(f) => f,
@@ -111,7 +122,20 @@ fn print_module_config(
     listen: std::net::SocketAddr,
     admin: std::net::SocketAddr,
     inline: bool,
+    pods: Option<&str>,
 ) -> ExitCode {
+    use kvroute_ext_proc::envoy_module_config::{check, PodsCluster};
+    let pods = match pods.map(PodsCluster::parse).transpose() {
+        Ok(p) => p.unwrap_or(PodsCluster::OriginalDst),
+        Err(e) => {
+            eprintln!("kvroute-ext-proc: --pods {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = check(config, &pods) {
+        eprintln!("kvroute-ext-proc: {e}");
+        return ExitCode::from(2);
+    }
     let Some(path) = &cli.config else {
         eprintln!(
             "kvroute-ext-proc: envoy-module-config needs --config (the module reads the same file)"
@@ -133,6 +157,7 @@ fn print_module_config(
         listen,
         admin,
         filter_config,
+        pods,
     };
     print!("{}", envoy_module_config::render(config, &opts));
     ExitCode::SUCCESS

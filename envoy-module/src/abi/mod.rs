@@ -16,6 +16,7 @@
 //! but its ticket is still released exactly once: by `stream_complete` or by the drop in
 //! `destroy`.
 
+pub mod lb;
 mod sys;
 
 use std::ffi::c_char;

@@ -612,3 +612,106 @@ unsafe extern "C" {
     /// Whether `level` is enabled for the `dynamic_modules` logger (to skip formatting).
     pub fn envoy_dynamic_module_callback_log_enabled(level: LogLevel) -> bool;
 }
+
+// ---- The load-balancing policy (`envoy.load_balancing_policies.dynamic_modules`)
+//
+// Checked against Envoy 1.40.0 with a probe module: the config hooks run on the main thread;
+// `on_lb_new` once on the main thread and once per worker, each instance starting with no host
+// and getting the cluster's hosts through `on_lb_on_host_membership_update`, which also fires
+// (added = removed = 0) when a host's health changes (active checks, outlier ejection);
+// `on_lb_choose_host` runs on the stream's worker thread, after the HTTP filters' request hooks
+// (a header a filter set is visible), once per attempt. An upstream override host that is
+// healthy bypasses the policy. Indices: `choose_host` answers an index into the *healthy*
+// hosts of a priority; `get_host_*` take indices into all hosts.
+
+/// `envoy_dynamic_module_type_lb_config_envoy_ptr`: Envoy's policy configuration.
+pub type LbConfigEnvoyPtr = *mut c_void;
+/// `envoy_dynamic_module_type_lb_config_module_ptr`: the module's, from [`LbConfigNewHook`].
+pub type LbConfigModulePtr = *const c_void;
+/// `envoy_dynamic_module_type_lb_envoy_ptr`: one thread's load balancer on Envoy's side.
+pub type LbEnvoyPtr = *mut c_void;
+/// `envoy_dynamic_module_type_lb_module_ptr`: the module's, from [`LbNewHook`].
+pub type LbModulePtr = *const c_void;
+/// `envoy_dynamic_module_type_lb_context_envoy_ptr`: the request being balanced; may be NULL.
+pub type LbContextEnvoyPtr = *mut c_void;
+
+/// `envoy_dynamic_module_type_host_health`.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostHealth(pub u32);
+
+impl HostHealth {
+    /// Failing active checks or ejected.
+    pub const UNHEALTHY: Self = Self(0);
+    /// Degraded (not among the healthy hosts).
+    pub const DEGRADED: Self = Self(1);
+    /// Healthy.
+    pub const HEALTHY: Self = Self(2);
+}
+
+/// `envoy_dynamic_module_on_lb_config_new(config_envoy, name, config)`: `name` is the policy's
+/// `lb_policy_name`, `config` its `lb_policy_config` (a `StringValue`'s bytes). NULL refuses it.
+pub type LbConfigNewHook =
+    unsafe extern "C" fn(LbConfigEnvoyPtr, EnvoyBuffer, EnvoyBuffer) -> LbConfigModulePtr;
+/// `envoy_dynamic_module_on_lb_config_destroy(config_module)`.
+pub type LbConfigDestroyHook = unsafe extern "C" fn(LbConfigModulePtr);
+/// `envoy_dynamic_module_on_lb_new(config_module, lb_envoy)`: one per thread; NULL fails.
+pub type LbNewHook = unsafe extern "C" fn(LbConfigModulePtr, LbEnvoyPtr) -> LbModulePtr;
+/// `envoy_dynamic_module_on_lb_choose_host(lb_envoy, lb_module, context, *priority, *index)`:
+/// true with a priority and an index into that priority's healthy hosts, or false (no host:
+/// Envoy answers 503 `no_healthy_upstream`).
+pub type LbChooseHostHook =
+    unsafe extern "C" fn(LbEnvoyPtr, LbModulePtr, LbContextEnvoyPtr, *mut u32, *mut u32) -> bool;
+/// `envoy_dynamic_module_on_lb_on_host_membership_update(lb_envoy, lb_module, added, removed)`.
+pub type LbMembershipUpdateHook = unsafe extern "C" fn(LbEnvoyPtr, LbModulePtr, usize, usize);
+/// `envoy_dynamic_module_on_lb_destroy(lb_module)`.
+pub type LbDestroyHook = unsafe extern "C" fn(LbModulePtr);
+
+unsafe extern "C" {
+    /// Priorities in the cluster's priority set.
+    pub fn envoy_dynamic_module_callback_lb_get_priority_set_size(lb: LbEnvoyPtr) -> usize;
+
+    /// Hosts at `priority` (all of them).
+    pub fn envoy_dynamic_module_callback_lb_get_hosts_count(lb: LbEnvoyPtr, priority: u32)
+        -> usize;
+
+    /// Healthy hosts at `priority`.
+    pub fn envoy_dynamic_module_callback_lb_get_healthy_hosts_count(
+        lb: LbEnvoyPtr,
+        priority: u32,
+    ) -> usize;
+
+    /// The `ip:port` of healthy host `index` at `priority` into `*result` (Envoy's, valid
+    /// during the hook); false when out of range.
+    pub fn envoy_dynamic_module_callback_lb_get_healthy_host_address(
+        lb: LbEnvoyPtr,
+        priority: u32,
+        index: usize,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+
+    /// The `ip:port` of host `index` (among all hosts) at `priority`.
+    pub fn envoy_dynamic_module_callback_lb_get_host_address(
+        lb: LbEnvoyPtr,
+        priority: u32,
+        index: usize,
+        result: *mut EnvoyBuffer,
+    ) -> bool;
+
+    /// The health of host `index` (among all hosts) at `priority`.
+    pub fn envoy_dynamic_module_callback_lb_get_host_health(
+        lb: LbEnvoyPtr,
+        priority: u32,
+        index: usize,
+    ) -> HostHealth;
+
+    /// Value `index` of request header `key` into `*result` (valid during the hook); the count
+    /// of values into `*optional_count` when not NULL. False when absent.
+    pub fn envoy_dynamic_module_callback_lb_context_get_downstream_header(
+        context: LbContextEnvoyPtr,
+        key: ModuleBuffer,
+        result: *mut EnvoyBuffer,
+        index: usize,
+        optional_count: *mut usize,
+    ) -> bool;
+}

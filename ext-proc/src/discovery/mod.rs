@@ -19,6 +19,7 @@
 //! means, no IO), [`fleet`] (applying it to the router, logs, metrics), [`kubernetes`] (the
 //! list/watch task).
 
+pub mod envoy;
 pub mod fleet;
 pub mod kubernetes;
 pub mod pods;
@@ -37,10 +38,20 @@ use crate::shared::Shared;
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DiscoverySection {
-    /// `static` (default) or `kubernetes`.
+    /// `static` (default), `kubernetes`, or `envoy` (inside Envoy only).
     pub source: Option<String>,
     /// `[discovery.kubernetes]`.
     pub kubernetes: Option<KubernetesSection>,
+    /// `[discovery.envoy]`.
+    pub envoy: Option<EnvoySection>,
+}
+
+/// `[discovery.envoy]` as written.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvoySection {
+    /// The model every host of Envoy's upstream cluster serves (required).
+    pub model: Option<String>,
 }
 
 /// `[discovery.kubernetes]` as written.
@@ -69,6 +80,11 @@ pub enum Discovery {
     Static,
     /// From the Kubernetes API.
     Kubernetes(KubernetesConfig),
+    /// From Envoy's upstream cluster, inside Envoy (see [`envoy`]).
+    Envoy {
+        /// The model every host serves, and every request is routed under.
+        model: String,
+    },
 }
 
 /// A validated `[discovery.kubernetes]`.
@@ -105,7 +121,31 @@ pub struct DiscoveryError(String);
 impl DiscoverySection {
     /// Validates the section.
     pub fn build(&self) -> Result<Discovery, DiscoveryError> {
-        match self.source.as_deref().unwrap_or("static") {
+        let source = self.source.as_deref().unwrap_or("static");
+        if self.envoy.is_some() && source != "envoy" {
+            return Err(DiscoveryError(
+                "[discovery.envoy] is given but source is not \"envoy\"".into(),
+            ));
+        }
+        if self.kubernetes.is_some() && source == "envoy" {
+            return Err(DiscoveryError(
+                "[discovery.kubernetes] is given but source is \"envoy\"".into(),
+            ));
+        }
+        match source {
+            "envoy" => {
+                let model = self
+                    .envoy
+                    .as_ref()
+                    .and_then(|e| e.model.clone())
+                    .filter(|m| !m.is_empty())
+                    .ok_or_else(|| {
+                        DiscoveryError(
+                            "source = \"envoy\" needs [discovery.envoy] model, the model every host of the cluster serves".into(),
+                        )
+                    })?;
+                Ok(Discovery::Envoy { model })
+            }
             "static" => {
                 if self.kubernetes.is_some() {
                     return Err(DiscoveryError(
@@ -163,7 +203,7 @@ impl DiscoverySection {
                 }))
             }
             other => Err(DiscoveryError(format!(
-                "unknown source {other:?} (static or kubernetes)"
+                "unknown source {other:?} (static, kubernetes or envoy)"
             ))),
         }
     }
@@ -178,6 +218,7 @@ impl Discovery {
                 mode: Mode::InferencePool { name, .. },
                 ..
             }) => Some(pool_model(name)),
+            Discovery::Envoy { model } => Some(model.clone()),
             _ => None,
         }
     }
@@ -199,15 +240,26 @@ pub fn pool_model(pool: &str) -> String {
 pub struct Source {
     discovery: Discovery,
     metrics: DiscoveryMetrics,
+    envoy: Option<(
+        envoy::EnvoyFeed,
+        watch::Receiver<Option<Vec<envoy::EnvoyHost>>>,
+    )>,
 }
 
 impl Source {
     /// Registers the source's metrics.
     pub fn register(discovery: Discovery, registry: &mut Registry) -> Source {
+        let envoy = matches!(discovery, Discovery::Envoy { .. }).then(envoy::EnvoyFeed::new);
         Source {
             discovery,
             metrics: DiscoveryMetrics::register(registry),
+            envoy,
         }
+    }
+
+    /// Where Envoy publishes its hosts, for `source = "envoy"`.
+    pub fn envoy_feed(&self) -> Option<envoy::EnvoyFeed> {
+        self.envoy.as_ref().map(|(feed, _)| feed.clone())
     }
 
     /// Starts watching (nothing to do for the static source, which the configuration applies)
@@ -215,6 +267,15 @@ impl Source {
     pub fn spawn(self, shared: Arc<Shared>, stop: watch::Receiver<bool>) {
         match self.discovery {
             Discovery::Static => shared.set_discovery_synced(true),
+            Discovery::Envoy { model } => {
+                // Known from the start: requests get 503 (no ready pod) until Envoy's first
+                // membership update.
+                let _ = shared.router.lock().add_model(&model);
+                let fleet = Fleet::new(shared, self.metrics, 1);
+                if let Some((_, rx)) = self.envoy {
+                    tokio::spawn(envoy::run(model, fleet, rx, stop));
+                }
+            }
             Discovery::Kubernetes(cfg) => {
                 let scopes = match &cfg.mode {
                     Mode::Aibrix { namespaces } => namespaces.len().max(1),
@@ -258,7 +319,14 @@ mod tests {
         assert_eq!(k.routing_model(), None);
         let pool = build("[discovery]\nsource = \"kubernetes\"\n[discovery.kubernetes]\nmode = \"inference-pool\"\npool_name = \"p\"").unwrap();
         assert_eq!(pool.routing_model().as_deref(), Some("p"));
+        let e = build("[discovery]\nsource = \"envoy\"\n[discovery.envoy]\nmodel = \"m\"").unwrap();
+        assert_eq!(e, Discovery::Envoy { model: "m".into() });
+        assert_eq!(e.routing_model().as_deref(), Some("m"));
         for bad in [
+            "[discovery]\nsource = \"envoy\"",
+            "[discovery]\nsource = \"envoy\"\n[discovery.envoy]\nmodel = \"\"",
+            "[discovery]\n[discovery.envoy]\nmodel = \"m\"",
+            "[discovery]\nsource = \"envoy\"\n[discovery.envoy]\nmodel = \"m\"\n[discovery.kubernetes]\n",
             "[discovery]\nsource = \"dns\"",
             "[discovery]\n[discovery.kubernetes]\nmode = \"aibrix\"",
             "[discovery]\nsource = \"kubernetes\"\n[discovery.kubernetes]\nmode = \"inference-pool\"",

@@ -642,7 +642,9 @@ pub(crate) fn check_overlay_at(dir: &Path, name: &str) -> Overlay {
             );
             k.mode.clone()
         }
-        Discovery::Static => panic!("{name}: the overlays discover pods from Kubernetes"),
+        Discovery::Static | Discovery::Envoy { .. } => {
+            panic!("{name}: the overlays discover pods from Kubernetes")
+        }
     };
 
     // The Service: selects the pod, grpc as HTTP/2 (what Envoy Gateway needs), admin.
