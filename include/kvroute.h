@@ -228,6 +228,40 @@ enum kvroute_reason
    * wait at least the configured exploration wait (500 ms by default).
    */
   KVROUTE_REASON_LEAST_TTFT_PROBE = 7,
+  /**
+   * `least-kv-cache`: the least KV-cache usage.
+   */
+  KVROUTE_REASON_LEAST_KV_CACHE = 8,
+  /**
+   * `least-gpu-cache`: the least GPU KV-cache usage.
+   */
+  KVROUTE_REASON_LEAST_GPU_CACHE = 9,
+  /**
+   * `least-busy-time`: the least busy-time ratio.
+   */
+  KVROUTE_REASON_LEAST_BUSY_TIME = 10,
+  /**
+   * `least-latency`: the least expected latency.
+   */
+  KVROUTE_REASON_LEAST_LATENCY = 11,
+  /**
+   * `throughput`: the fewest weighted tokens per request served.
+   */
+  KVROUTE_REASON_THROUGHPUT = 12,
+  /**
+   * `least-utilization`: the least utilization.
+   */
+  KVROUTE_REASON_LEAST_UTILIZATION = 13,
+  /**
+   * `power-of-two`: the less loaded of two random pods.
+   */
+  KVROUTE_REASON_POWER_OF_TWO = 14,
+  /**
+   * `session-affinity`: the pod the request's session id names (a request without a
+   * usable one goes to a random pod: `KVROUTE_REASON_RANDOM`, as do the metric strategies
+   * when no pod has their metric).
+   */
+  KVROUTE_REASON_SESSION_AFFINITY = 15,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L
@@ -475,8 +509,8 @@ typedef struct kvroute_stats {
    */
   uint64_t imbalance_events;
   /**
-   * Decisions by reason, indexed by `kvroute_reason` value (room for reasons added later;
-   * unused entries are 0).
+   * Decisions by reason, indexed by `kvroute_reason` value (one entry per reason, 0 to
+   * `KVROUTE_REASON_SESSION_AFFINITY`).
    */
   uint64_t routed_by_reason[16];
   /**
@@ -741,7 +775,7 @@ typedef struct kvroute_decision {
 /**
  * Every reason, in number order.
  */
-#define kvroute_reason_ALL { kvroute_reason_Random, kvroute_reason_LeastRequest, kvroute_reason_PrefixMatch, kvroute_reason_PrefixMatchSkipped, kvroute_reason_LeastRequestFallback, kvroute_reason_Weighted, kvroute_reason_LeastTtft, kvroute_reason_LeastTtftProbe, }
+#define kvroute_reason_ALL { kvroute_reason_Random, kvroute_reason_LeastRequest, kvroute_reason_PrefixMatch, kvroute_reason_PrefixMatchSkipped, kvroute_reason_LeastRequestFallback, kvroute_reason_Weighted, kvroute_reason_LeastTtft, kvroute_reason_LeastTtftProbe, kvroute_reason_LeastKvCache, kvroute_reason_LeastGpuCache, kvroute_reason_LeastBusyTime, kvroute_reason_LeastLatency, kvroute_reason_Throughput, kvroute_reason_LeastUtilization, kvroute_reason_PowerOfTwo, kvroute_reason_SessionAffinity, }
 
 #ifdef __cplusplus
 extern "C" {

@@ -33,7 +33,7 @@ pub const CODE_DETAILS: &str = "response.code_details";
 /// leaves failed ones out) and the strategy becomes U+FFFD (unreadable: a bad strategy, 400),
 /// as when the header itself is read. The path needs no check: the routes only pass the
 /// routed paths to kvroute, and Envoy refuses a request line with bytes outside ASCII.
-pub const REQUEST_ATTRIBUTES: [(&str, &str); 3] = [
+pub const REQUEST_ATTRIBUTES: [(&str, &str); 4] = [
     ("request.url_path", ":path"),
     (
         r#"request.id.matches("^.*$") ? request.id : 1/0"#,
@@ -42,6 +42,10 @@ pub const REQUEST_ATTRIBUTES: [(&str, &str); 3] = [
     (
         r#"request.headers["routing-strategy"].matches("^.*$") ? request.headers["routing-strategy"] : "\uFFFD""#,
         "routing-strategy",
+    ),
+    (
+        r#"request.headers["x-session-id"].matches("^.*$") ? request.headers["x-session-id"] : 1/0"#,
+        "x-session-id",
     ),
 ];
 

@@ -33,6 +33,8 @@ pub struct RequestInfo {
     pub content_length: Option<u64>,
     /// `model` header (used for requests without a body).
     pub model: Option<String>,
+    /// `x-session-id` (AIBrix's session-affinity: base64 of the session's pod `ip:port`).
+    pub session_id: Option<String>,
 }
 
 impl RequestInfo {
@@ -52,6 +54,9 @@ impl RequestInfo {
             "routing-strategy" if !text.trim().is_empty() => self.strategy = Some(text.to_owned()),
             "content-length" => self.content_length = text.trim().parse().ok(),
             "model" if !text.is_empty() => self.model = Some(text.to_owned()),
+            "x-session-id" if !text.trim().is_empty() => {
+                self.session_id = Some(text.trim().to_owned())
+            }
             _ => {}
         }
     }
@@ -61,7 +66,7 @@ impl RequestInfo {
     pub fn check(&self, max_body_bytes: usize) -> Result<Option<StrategySpec>, Reject> {
         let strategy = match &self.strategy {
             Some(s) => {
-                Some(StrategySpec::parse(s).map_err(|_| Reject::BadStrategy(s.trim().to_owned()))?)
+                Some(StrategySpec::parse(s).map_err(|e| Reject::BadStrategy(bad_strategy(s, &e)))?)
             }
             None => None,
         };
@@ -74,6 +79,17 @@ impl RequestInfo {
             });
         }
         Ok(strategy)
+    }
+}
+
+/// What follows "incorrect routing strategy " in the 400 for a spec that does not parse: the
+/// spec as written (AIBrix's message), and for an AIBrix strategy kvroute does not implement or
+/// cannot weight, why.
+fn bad_strategy(spec: &str, e: &kvroute_core::StrategyError) -> String {
+    use kvroute_core::StrategyError::{NotWeightable, Unsupported};
+    match e {
+        Unsupported { .. } | NotWeightable(_) => format!("{}: {e}", spec.trim()),
+        _ => spec.trim().to_owned(),
     }
 }
 
@@ -226,6 +242,7 @@ pub fn route(
         tokens,
         max_output_tokens,
         endpoint_subset: subset.as_deref(),
+        session_id: at.info.session_id.as_deref(),
     };
     let result = shared.router.lock().route(req, now);
     let decision = match result {
@@ -367,6 +384,10 @@ pub fn on_response_headers(
             headers.push(("target-pod-ip", r.address.as_bytes().to_vec()));
         }
         headers.push(("routing-strategy", r.strategy.as_bytes().to_vec()));
+        if let Some(session) = &r.decision.session_id {
+            // session-affinity: the id that brings the client's next request back here.
+            headers.push(("x-session-id", session.as_bytes().to_vec()));
+        }
         if settings.expose_pod_headers {
             headers.push(("x-kvroute-decision", r.decision.to_string().into_bytes()));
         }
@@ -400,6 +421,27 @@ mod tests {
         assert_eq!(info.model, None);
         info.read_header("routing-strategy", b"\xffx");
         assert!(matches!(info.check(100), Err(Reject::BadStrategy(_))));
+    }
+
+    #[test]
+    fn unsupported_strategies_say_why() {
+        let info = |s: &str| RequestInfo {
+            strategy: Some(s.into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            info(" pd ").check(100),
+            Err(Reject::BadStrategy(
+                "pd: routing strategy \"pd\" is not supported by kvroute: needs prefill and \
+                 decode pods and a KV-cache transfer between them"
+                    .into()
+            ))
+        );
+        assert_eq!(
+            info("fastest").check(100),
+            Err(Reject::BadStrategy("fastest".into()))
+        );
+        assert!(info("least-kv-cache:2,session-affinity").check(100).is_ok());
     }
 
     #[test]

@@ -109,6 +109,14 @@ const (
 	ReasonWeighted             Reason = C.KVROUTE_REASON_WEIGHTED
 	ReasonLeastTTFT            Reason = C.KVROUTE_REASON_LEAST_TTFT
 	ReasonLeastTTFTProbe       Reason = C.KVROUTE_REASON_LEAST_TTFT_PROBE
+	ReasonLeastKVCache         Reason = C.KVROUTE_REASON_LEAST_KV_CACHE
+	ReasonLeastGPUCache        Reason = C.KVROUTE_REASON_LEAST_GPU_CACHE
+	ReasonLeastBusyTime        Reason = C.KVROUTE_REASON_LEAST_BUSY_TIME
+	ReasonLeastLatency         Reason = C.KVROUTE_REASON_LEAST_LATENCY
+	ReasonThroughput           Reason = C.KVROUTE_REASON_THROUGHPUT
+	ReasonLeastUtilization     Reason = C.KVROUTE_REASON_LEAST_UTILIZATION
+	ReasonPowerOfTwo           Reason = C.KVROUTE_REASON_POWER_OF_TWO
+	ReasonSessionAffinity      Reason = C.KVROUTE_REASON_SESSION_AFFINITY
 )
 
 // String returns AIBrix's label for the reason, e.g. "prefix_match".

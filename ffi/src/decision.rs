@@ -154,8 +154,8 @@ pub struct kvroute_stats {
     pub no_ready_pod: u64,
     /// Times prefix-cache's imbalance guard fired.
     pub imbalance_events: u64,
-    /// Decisions by reason, indexed by `kvroute_reason` value (room for reasons added later;
-    /// unused entries are 0).
+    /// Decisions by reason, indexed by `kvroute_reason` value (one entry per reason, 0 to
+    /// `KVROUTE_REASON_SESSION_AFFINITY`).
     pub routed_by_reason: [u64; 16],
     /// prefix-cache decisions by the chosen pod's match percent, in AIBrix's buckets
     /// `0`, `1-25`, `26-50`, `51-75`, `76-100`.

@@ -195,11 +195,29 @@ pub enum kvroute_reason {
     /// `least-ttft`: sent to a pod not yet probed, because the cheapest pod would have made it
     /// wait at least the configured exploration wait (500 ms by default).
     LeastTtftProbe = 7,
+    /// `least-kv-cache`: the least KV-cache usage.
+    LeastKvCache = 8,
+    /// `least-gpu-cache`: the least GPU KV-cache usage.
+    LeastGpuCache = 9,
+    /// `least-busy-time`: the least busy-time ratio.
+    LeastBusyTime = 10,
+    /// `least-latency`: the least expected latency.
+    LeastLatency = 11,
+    /// `throughput`: the fewest weighted tokens per request served.
+    Throughput = 12,
+    /// `least-utilization`: the least utilization.
+    LeastUtilization = 13,
+    /// `power-of-two`: the less loaded of two random pods.
+    PowerOfTwo = 14,
+    /// `session-affinity`: the pod the request's session id names (a request without a
+    /// usable one goes to a random pod: `KVROUTE_REASON_RANDOM`, as do the metric strategies
+    /// when no pod has their metric).
+    SessionAffinity = 15,
 }
 
 impl kvroute_reason {
     /// Every reason, in number order.
-    pub const ALL: [kvroute_reason; 8] = [
+    pub const ALL: [kvroute_reason; 16] = [
         kvroute_reason::Random,
         kvroute_reason::LeastRequest,
         kvroute_reason::PrefixMatch,
@@ -208,6 +226,14 @@ impl kvroute_reason {
         kvroute_reason::Weighted,
         kvroute_reason::LeastTtft,
         kvroute_reason::LeastTtftProbe,
+        kvroute_reason::LeastKvCache,
+        kvroute_reason::LeastGpuCache,
+        kvroute_reason::LeastBusyTime,
+        kvroute_reason::LeastLatency,
+        kvroute_reason::Throughput,
+        kvroute_reason::LeastUtilization,
+        kvroute_reason::PowerOfTwo,
+        kvroute_reason::SessionAffinity,
     ];
 
     /// The core reason this code stands for.
@@ -221,6 +247,14 @@ impl kvroute_reason {
             kvroute_reason::Weighted => Reason::Weighted,
             kvroute_reason::LeastTtft => Reason::LeastTtft,
             kvroute_reason::LeastTtftProbe => Reason::LeastTtftProbe,
+            kvroute_reason::LeastKvCache => Reason::LeastKvCache,
+            kvroute_reason::LeastGpuCache => Reason::LeastGpuCache,
+            kvroute_reason::LeastBusyTime => Reason::LeastBusyTime,
+            kvroute_reason::LeastLatency => Reason::LeastLatency,
+            kvroute_reason::Throughput => Reason::Throughput,
+            kvroute_reason::LeastUtilization => Reason::LeastUtilization,
+            kvroute_reason::PowerOfTwo => Reason::PowerOfTwo,
+            kvroute_reason::SessionAffinity => Reason::SessionAffinity,
         }
     }
 
@@ -235,6 +269,14 @@ impl kvroute_reason {
             kvroute_reason::Weighted => "weighted\0",
             kvroute_reason::LeastTtft => "least_ttft\0",
             kvroute_reason::LeastTtftProbe => "least_ttft_probe\0",
+            kvroute_reason::LeastKvCache => "least_kv_cache\0",
+            kvroute_reason::LeastGpuCache => "least_gpu_cache\0",
+            kvroute_reason::LeastBusyTime => "least_busy_time\0",
+            kvroute_reason::LeastLatency => "least_latency\0",
+            kvroute_reason::Throughput => "throughput\0",
+            kvroute_reason::LeastUtilization => "least_utilization\0",
+            kvroute_reason::PowerOfTwo => "power_of_two\0",
+            kvroute_reason::SessionAffinity => "session_affinity\0",
         }
     }
 }
@@ -250,6 +292,14 @@ impl From<Reason> for kvroute_reason {
             Reason::Weighted => kvroute_reason::Weighted,
             Reason::LeastTtft => kvroute_reason::LeastTtft,
             Reason::LeastTtftProbe => kvroute_reason::LeastTtftProbe,
+            Reason::LeastKvCache => kvroute_reason::LeastKvCache,
+            Reason::LeastGpuCache => kvroute_reason::LeastGpuCache,
+            Reason::LeastBusyTime => kvroute_reason::LeastBusyTime,
+            Reason::LeastLatency => kvroute_reason::LeastLatency,
+            Reason::Throughput => kvroute_reason::Throughput,
+            Reason::LeastUtilization => kvroute_reason::LeastUtilization,
+            Reason::PowerOfTwo => kvroute_reason::PowerOfTwo,
+            Reason::SessionAffinity => kvroute_reason::SessionAffinity,
         }
     }
 }

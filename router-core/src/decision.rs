@@ -4,6 +4,7 @@ use core::fmt;
 use std::sync::Arc;
 
 use crate::ids::{ModelId, PodId, Ticket};
+use crate::strategy::Strategy;
 
 /// Why the chosen pod was chosen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -25,13 +26,31 @@ pub enum Reason {
     /// `least-ttft`: sent to a pod not yet probed, because the cheapest pod would have made it
     /// wait at least `explore_wait_ms` ([`crate::TtftConfig::explore_wait_ms`]).
     LeastTtftProbe,
+    /// `least-kv-cache`: the least KV-cache usage.
+    LeastKvCache,
+    /// `least-gpu-cache`: the least GPU KV-cache usage.
+    LeastGpuCache,
+    /// `least-busy-time`: the least busy-time ratio.
+    LeastBusyTime,
+    /// `least-latency`: the least expected latency.
+    LeastLatency,
+    /// `throughput`: the fewest weighted tokens per request served.
+    Throughput,
+    /// `least-utilization`: the least utilization.
+    LeastUtilization,
+    /// `power-of-two`: the less loaded of two random pods.
+    PowerOfTwo,
+    /// `session-affinity`: the pod the request's session id names. A request without a
+    /// usable session id goes to a random pod ([`Reason::Random`]), as do the AIBrix metric
+    /// strategies when no pod has their metric.
+    SessionAffinity,
 }
 
 impl Reason {
     /// Every reason, in a stable order (the order of [`crate::ModelStats::routed_by_reason`]).
     /// The order is append-only: new reasons are added at the end, so positions are stable
     /// codes (the C ABI relies on it).
-    pub const ALL: [Reason; 8] = [
+    pub const ALL: [Reason; 16] = [
         Reason::Random,
         Reason::LeastRequest,
         Reason::PrefixMatch,
@@ -40,6 +59,14 @@ impl Reason {
         Reason::Weighted,
         Reason::LeastTtft,
         Reason::LeastTtftProbe,
+        Reason::LeastKvCache,
+        Reason::LeastGpuCache,
+        Reason::LeastBusyTime,
+        Reason::LeastLatency,
+        Reason::Throughput,
+        Reason::LeastUtilization,
+        Reason::PowerOfTwo,
+        Reason::SessionAffinity,
     ];
 
     /// The label; for prefix-cache reasons it is AIBrix's `selection` label value.
@@ -53,10 +80,19 @@ impl Reason {
             Reason::Weighted => "weighted",
             Reason::LeastTtft => "least_ttft",
             Reason::LeastTtftProbe => "least_ttft_probe",
+            Reason::LeastKvCache => "least_kv_cache",
+            Reason::LeastGpuCache => "least_gpu_cache",
+            Reason::LeastBusyTime => "least_busy_time",
+            Reason::LeastLatency => "least_latency",
+            Reason::Throughput => "throughput",
+            Reason::LeastUtilization => "least_utilization",
+            Reason::PowerOfTwo => "power_of_two",
+            Reason::SessionAffinity => "session_affinity",
         }
     }
 
-    /// The strategy that gives this reason.
+    /// The strategy that gives this reason (`random` for [`Reason::Random`], which the AIBrix
+    /// strategies' random fallbacks give too: [`Decision::strategy`] says which ran).
     pub const fn strategy_name(self) -> &'static str {
         match self {
             Reason::Random => "random",
@@ -66,6 +102,14 @@ impl Reason {
             }
             Reason::Weighted => "weighted",
             Reason::LeastTtft | Reason::LeastTtftProbe => "least-ttft",
+            Reason::LeastKvCache => "least-kv-cache",
+            Reason::LeastGpuCache => "least-gpu-cache",
+            Reason::LeastBusyTime => "least-busy-time",
+            Reason::LeastLatency => "least-latency",
+            Reason::Throughput => "throughput",
+            Reason::LeastUtilization => "least-utilization",
+            Reason::PowerOfTwo => "power-of-two",
+            Reason::SessionAffinity => "session-affinity",
         }
     }
 
@@ -183,6 +227,8 @@ pub struct Decision {
     pub model: ModelId,
     /// The in-flight ticket to complete exactly once.
     pub ticket: Ticket,
+    /// The strategy that chose it, `None` for a weighted multi-strategy spec.
+    pub strategy: Option<Strategy>,
     /// Why this pod.
     pub reason: Reason,
     /// Whether prefix-cache's imbalance guard (`max − min > abs_count`) fired.
@@ -205,6 +251,10 @@ pub struct Decision {
     /// The request is the probe of a pod whose ejection is over: its outcome decides whether
     /// the pod is back in service.
     pub health_probe: bool,
+    /// When the strategy includes `session-affinity`: the session id of the chosen pod
+    /// (standard base64 of its `ip:port`, as AIBrix encodes it), for the `x-session-id`
+    /// response header, so that the client's next request with it comes back here.
+    pub session_id: Option<String>,
 }
 
 /// Renders the decision as one ASCII line with no commas or quotes, fit for a response header
@@ -216,7 +266,7 @@ impl fmt::Display for Decision {
         write!(
             f,
             "strategy={} reason={} pod={} match={}% blocks={}/{} imbalance={} load={} min={} max={} mean={:.2} ready={} ticket={}",
-            self.reason.strategy_name(),
+            self.strategy.map_or("weighted", Strategy::name),
             self.reason,
             HeaderSafe(&self.pod_name),
             self.match_percent,

@@ -1,8 +1,11 @@
 //! # kvroute-core
 //!
 //! The routing engine of kvroute: a prefix hash index, a pod registry, in-flight tickets and
-//! the selection strategies (AIBrix v0.7.0's `random`, `least-request` and `prefix-cache`,
-//! kvroute's `least-ttft`, and weighted mixes of them), as a plain data structure.
+//! the selection strategies (AIBrix v0.7.0's `random`, `least-request`, `prefix-cache`,
+//! `least-kv-cache`, `least-gpu-cache`, `least-busy-time`, `least-latency`, `throughput`,
+//! `least-utilization`, `power-of-two` and `session-affinity`, kvroute's `least-ttft`, and
+//! weighted mixes of them; AIBrix's other names are [`StrategyError::Unsupported`]), as a plain
+//! data structure.
 //!
 //! ## Contract
 //! - **Deterministic.** The same [`RouterConfig`] (including its `seed`) and the same sequence
@@ -54,12 +57,19 @@
 //! - Ticket TTL: a lost completion cannot pin a slot forever.
 //! - A prompt's blocks are written last block first, so its leading blocks (which every
 //!   contiguous match needs) are the last the capacity LRU evicts.
+//! - The AIBrix metric strategies read what kvroute has of AIBrix's metrics, skip snapshots
+//!   older than [`TtftConfig::snapshot_max_age_ms`] (AIBrix uses a pod's last value however
+//!   old), and fix the reads that made several of them random in AIBrix (each [`Strategy`]
+//!   variant says how). `power-of-two` needs no Redis; `session-affinity` sets the session id
+//!   also when only one pod is ready. In a multi-strategy spec, entries of weight 0 are
+//!   dropped before their names are looked up, as in AIBrix.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
 #[cfg(feature = "json")]
 pub mod body;
+mod busy;
 mod config;
 mod decision;
 mod engine_view;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use hashbrown::HashMap;
 use smallvec::SmallVec;
 
+use crate::busy::BusyClock;
 use crate::health::{Health, PodHealth};
 use crate::ids::{ModelId, PodId};
 use crate::ttft::{GlobalModel, PodModel, TtftConfig};
@@ -91,6 +92,8 @@ pub(crate) struct Pod {
     pub(crate) models: SmallVec<[ModelId; 2]>,
     pub(crate) model: PodModel,
     pub(crate) health: Health,
+    /// When it had requests from this router in flight (`least-busy-time`).
+    pub(crate) busy: BusyClock,
 }
 
 /// The counters of a removed pod, kept by name so that the pod added again under that name
@@ -210,6 +213,7 @@ impl Registry {
             models: SmallVec::new(),
             model: PodModel::new(ttft),
             health: Health::revived(retired.ejections),
+            busy: BusyClock::default(),
         });
         self.pod_by_name.insert(name, id);
         Ok(id)

@@ -23,6 +23,8 @@ const ALLOWED: &[&str] = &[
     "smallvec",
     "thiserror",
     "thiserror-impl",
+    // Pure encoding (session-affinity's ids), no IO, alloc only.
+    "base64",
 ];
 
 /// What the `json` feature may add.

@@ -51,6 +51,13 @@ enum Op {
         pod: u8,
         passed: bool,
     },
+    /// An engine snapshot of a pod (what the AIBrix metric strategies read).
+    Engine {
+        pod: u8,
+        kv_quarters: Option<u8>,
+        prefills: Option<u8>,
+        seconds: Option<u8>,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -58,13 +65,15 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0u8..6, any::<bool>()).prop_map(|(pod, ready)| Op::AddPod { pod, ready }),
         2 => (0u8..6, any::<bool>()).prop_map(|(pod, ready)| Op::SetReady { pod, ready }),
         1 => (0u8..6).prop_map(|pod| Op::RemovePod { pod }),
-        8 => (0u8..5, 0u8..12, 0u8..6, 0u16..2_000).prop_map(|(family, len_blocks, strategy, dt)| Op::Route { family, len_blocks, strategy, dt }),
+        8 => (0u8..5, 0u8..12, 0u8..12, 0u16..2_000).prop_map(|(family, len_blocks, strategy, dt)| Op::Route { family, len_blocks, strategy, dt }),
         5 => (any::<u8>(), 0u8..6).prop_map(|(nth, outcome)| Op::Complete { nth, outcome }),
         2 => (0u8..6, any::<bool>()).prop_map(|(pod, passed)| Op::Check { pod, passed }),
         1 => any::<u64>().prop_map(|raw| Op::CompleteBogus { raw }),
         3 => (any::<u8>(), any::<bool>(), any::<Option<u32>>(), any::<Option<u32>>(), any::<Option<u32>>())
             .prop_map(|(nth, bogus, first_ms, prompt, cached)| Op::FirstToken { nth, bogus, first_ms, prompt, cached }),
         1 => (0u32..400_000).prop_map(|dt| Op::Tick { dt }),
+        2 => (0u8..6, any::<Option<u8>>(), any::<Option<u8>>(), any::<Option<u8>>())
+            .prop_map(|(pod, kv, prefills, seconds)| Op::Engine { pod, kv_quarters: kv.map(|q| q % 5), prefills, seconds }),
     ]
 }
 
@@ -73,6 +82,23 @@ fn hashes(family: u8, len_blocks: u8) -> Vec<BlockHash> {
     (0..u64::from(len_blocks))
         .map(|i| BlockHash(u64::from(family) << 32 | i))
         .collect()
+}
+
+/// AIBrix's session id of a pod address: standard base64 of its `ip:port`.
+fn session_id_of(address: &str) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in address.as_bytes().chunks(3) {
+        let v = (0..3).fold(0u32, |v, k| v << 8 | u32::from(*c.get(k).unwrap_or(&0)));
+        for k in 0..4 {
+            out.push(if k <= c.len() {
+                char::from(A[(v >> (18 - 6 * k) & 63) as usize])
+            } else {
+                '='
+            });
+        }
+    }
+    out
 }
 
 /// Runs the ops, checking invariants after each; returns the decisions as (pod, reason) text.
@@ -101,6 +127,13 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
         StrategySpec::parse("prefix-cache:2,least-request,random").unwrap(),
         StrategySpec::single(Routing::LeastTtft),
         StrategySpec::parse("least-ttft:3,prefix-cache").unwrap(),
+        StrategySpec::single(Routing::LeastKvCache),
+        StrategySpec::single(Routing::LeastBusyTime),
+        StrategySpec::single(Routing::LeastLatency),
+        StrategySpec::single(Routing::PowerOfTwo),
+        StrategySpec::single(Routing::SessionAffinity),
+        StrategySpec::parse("throughput:2,session-affinity,least-utilization,least-gpu-cache")
+            .unwrap(),
     ];
     let mut now = 0u64;
     let mut open: Vec<Ticket> = Vec::new();
@@ -142,7 +175,12 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
             } => {
                 now += u64::from(dt);
                 let h = hashes(family, len_blocks);
-                let req = RouteRequest::new("m", &h).with_strategy(&specs[strategy as usize]);
+                // A session id naming one of p0..p4 (live or not).
+                let session = format!("10.0.0.{}:8000", family + 1);
+                let session = session_id_of(&session);
+                let req = RouteRequest::new("m", &h)
+                    .with_strategy(&specs[strategy as usize])
+                    .with_session_id(Some(&session));
                 match r.route(req, Timestamp::from_millis(now)) {
                     Ok(d) => {
                         let info = r.pod(d.pod).expect("routed to a live pod");
@@ -203,6 +241,27 @@ fn run(ops: &[Op], seed: u64) -> Vec<String> {
             Op::Check { pod, passed } => {
                 if let Some(id) = ids[pod as usize] {
                     r.report_health_check(id, passed, Timestamp::from_millis(now))
+                        .unwrap();
+                }
+            }
+            Op::Engine {
+                pod,
+                kv_quarters,
+                prefills,
+                seconds,
+            } => {
+                if let Some(id) = ids[pod as usize] {
+                    let snapshot = kvroute_core::EngineSnapshot {
+                        running: 1,
+                        kv_usage: kv_quarters.map(|q| f64::from(q) / 4.0),
+                        prefills: prefills.map(u64::from),
+                        prefix_queries: prefills.map(|n| u64::from(n) * 300),
+                        inter_tokens: prefills.map(|n| u64::from(n) * 40),
+                        prefill_seconds: seconds.map(f64::from),
+                        inter_token_seconds: seconds.map(|s| f64::from(s) * 3.0),
+                        ..Default::default()
+                    };
+                    r.observe_engine(id, snapshot, Timestamp::from_millis(now))
                         .unwrap();
                 }
             }

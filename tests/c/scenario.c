@@ -223,8 +223,8 @@ int main(int argc, char **argv) {
          (unsigned long long)s.tickets_orphaned, (unsigned long long)s.tickets_rejected,
          (unsigned long long)s.index_blocks, (unsigned long long)s.unknown_model, (unsigned long long)s.no_ready_pod,
          (unsigned long long)s.imbalance_events);
-  /* One count per reason, KVROUTE_REASON_RANDOM .. KVROUTE_REASON_LEAST_TTFT_PROBE. */
-  for (int i = 0; i <= KVROUTE_REASON_LEAST_TTFT_PROBE; i++) {
+  /* One count per reason, KVROUTE_REASON_RANDOM .. KVROUTE_REASON_SESSION_AFFINITY. */
+  for (int i = 0; i <= KVROUTE_REASON_SESSION_AFFINITY; i++) {
     printf("%s%llu", i ? ", " : "", (unsigned long long)s.routed_by_reason[i]);
   }
   printf("] buckets=[");

@@ -58,6 +58,8 @@ static void test_status_strings(void) {
   CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_PREFIX_MATCH), "prefix_match") == 0);
   CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_LEAST_REQUEST_FALLBACK), "least_request_fallback") == 0);
   CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_LEAST_TTFT_PROBE), "least_ttft_probe") == 0);
+  CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_LEAST_KV_CACHE), "least_kv_cache") == 0);
+  CHECK(strcmp(kvroute_reason_str(KVROUTE_REASON_SESSION_AFFINITY), "session_affinity") == 0);
   CHECK(strcmp(kvroute_reason_str(999), "unknown") == 0);
   CHECK(strcmp(kvroute_status_str(KVROUTE_STATUS_NO_POD_IN_SUBSET), "KVROUTE_STATUS_NO_POD_IN_SUBSET") == 0);
   CHECK(strcmp(kvroute_health_event_str(KVROUTE_HEALTH_EVENT_NONE), "none") == 0);

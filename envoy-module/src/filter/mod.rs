@@ -39,12 +39,13 @@ use kvroute_ext_proc::shared::Shared;
 use crate::host::StreamHost;
 
 /// The request headers kvroute reads.
-const REQUEST_HEADERS: [&str; 5] = [
+const REQUEST_HEADERS: [&str; 6] = [
     ":path",
     "x-request-id",
     "routing-strategy",
     "content-length",
     "model",
+    "x-session-id",
 ];
 
 /// What Envoy should do after request or response headers.

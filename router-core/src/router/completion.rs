@@ -103,6 +103,7 @@ impl Router {
             Ok(p) => {
                 debug_assert!(p.in_flight > 0, "in-flight underflow on {pod}");
                 p.in_flight = p.in_flight.saturating_sub(1);
+                p.busy.set_busy(now, p.in_flight > 0);
                 p.model.forget_ticket(ticket);
                 false
             }

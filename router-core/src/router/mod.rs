@@ -3,6 +3,7 @@
 mod completion;
 mod health;
 mod kv_events;
+mod select_step;
 
 use std::sync::Arc;
 
@@ -14,7 +15,7 @@ use crate::health::Admission;
 use crate::ids::{ModelId, PodId, Ticket};
 use crate::index::PrefixIndex;
 use crate::registry::{PodInfo, PodSpec, Registry, RegistryError};
-use crate::select::{self, Candidate, PrefixCacheParams};
+use crate::select::{self, Candidate};
 use crate::stats::{match_bucket, ModelStats, RouterStats};
 use crate::strategy::{Strategy, StrategySpec};
 use crate::tickets::TicketTable;
@@ -43,6 +44,9 @@ pub struct RouteRequest<'a> {
     /// The Gateway API Inference Extension's subset hint: when set, only pods whose `ip:port`
     /// is listed are candidates (none of them ready and healthy: [`RouteError::NoPodInSubset`]).
     pub endpoint_subset: Option<&'a [&'a str]>,
+    /// The request's `x-session-id` header, for `session-affinity` (AIBrix's encoding: base64
+    /// of the pod's `ip:port`, as [`Decision::session_id`] gives it).
+    pub session_id: Option<&'a str>,
 }
 
 impl<'a> RouteRequest<'a> {
@@ -55,6 +59,7 @@ impl<'a> RouteRequest<'a> {
             tokens: None,
             max_output_tokens: None,
             endpoint_subset: None,
+            session_id: None,
         }
     }
 
@@ -81,6 +86,11 @@ impl<'a> RouteRequest<'a> {
             max_output_tokens: limit,
             ..self
         }
+    }
+
+    /// The same request with a session id (see [`RouteRequest::session_id`]).
+    pub fn with_session_id(self, session_id: Option<&'a str>) -> Self {
+        RouteRequest { session_id, ..self }
     }
 
     /// The same request with an explicit strategy.
@@ -133,6 +143,10 @@ struct Scratch {
     excluded: u32,
     /// By candidate: whether its match came from its engine view.
     exact: Vec<bool>,
+    /// By candidate: what the AIBrix metric strategies read.
+    metrics: Vec<select::PodMetrics>,
+    /// Per-strategy scores (weighted specs and the metric strategies).
+    scores: Vec<Option<f64>>,
 }
 
 /// The request's size as the TTFT model sees it: with byte blocks, the prompt's length is known
@@ -163,11 +177,15 @@ impl JobSize {
 #[derive(Clone, Copy, Debug)]
 struct Picked {
     index: usize,
+    /// The single strategy that picked, `None` for a weighted spec.
+    strategy: Option<Strategy>,
     reason: Reason,
     imbalance: bool,
     /// least-ttft: the lowest-cost other candidate.
     runner_up: Option<usize>,
     total_blocks: u32,
+    /// Whether the spec has session-affinity (the decision then carries a session id).
+    session: bool,
 }
 
 /// The routing state machine. See the crate docs for the contract.
@@ -472,7 +490,7 @@ impl Router {
         }
         let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
         let job = self.estimates(&req, total_blocks, now);
-        let picked = self.select(req.strategy, total_blocks);
+        let picked = self.select(&req, total_blocks, now);
         Ok(self.commit(model, req.hashes, job, picked, now))
     }
 
@@ -548,130 +566,6 @@ impl Router {
         true
     }
 
-    /// Step 2: the TTFT model's estimate for every candidate when the strategy (`None` = the
-    /// default) needs it (else none; the winner's is computed at commit). Returns the request's
-    /// size as the model sees it.
-    fn estimates(&mut self, req: &RouteRequest<'_>, total_blocks: u32, now: Timestamp) -> JobSize {
-        let spec = req.strategy.unwrap_or(&self.config.default_strategy);
-        let size = match req.tokens {
-            Some(t) => JobSize {
-                prompt_bytes: 0.0,
-                prompt_tokens: f64::from(t.prompt_tokens),
-                block_tokens: f64::from(t.block_tokens),
-                max_output_tokens: req.max_output_tokens,
-            },
-            None => {
-                let block = self.hash.block_size() as f64;
-                let prompt_bytes = if total_blocks == 0 {
-                    0.0
-                } else {
-                    f64::from(total_blocks) * block + block / 2.0
-                };
-                let bytes_per_token = self.global.bytes_per_token.get();
-                JobSize {
-                    prompt_bytes,
-                    prompt_tokens: prompt_bytes / bytes_per_token,
-                    block_tokens: block / bytes_per_token,
-                    max_output_tokens: req.max_output_tokens,
-                }
-            }
-        };
-        let s = &mut self.scratch;
-        s.estimates.clear();
-        s.costs.clear();
-        s.reuse.clear();
-        let engine_block = f64::from(self.config.ttft.engine_block_tokens);
-        if spec.contains(Strategy::LeastTtft) {
-            for (c, &exact) in s.cands.iter().zip(&s.exact) {
-                let pod = &self.registry.pods[c.pod.index()].model;
-                let e = ttft::estimate(
-                    pod,
-                    &self.global,
-                    &self.config.ttft,
-                    size.job(c, exact),
-                    now,
-                    &mut s.ends,
-                );
-                s.costs.push(e.cost_ms());
-                s.reuse
-                    .push((e.cached_tokens / engine_block).round() as u32);
-                s.estimates.push(e);
-            }
-        }
-        size
-    }
-
-    /// Step 3: the strategy's pick among the candidates (the only step that draws from the
-    /// PRNG).
-    fn select(&mut self, strategy: Option<&StrategySpec>, total_blocks: u32) -> Picked {
-        let spec = strategy.unwrap_or(&self.config.default_strategy);
-        let s = &mut self.scratch;
-        let mut runner_up = None;
-        let (index, reason, imbalance) = match spec.as_single() {
-            Some(Strategy::Random) => (
-                select::random(&s.cands, &mut self.rng),
-                Reason::Random,
-                false,
-            ),
-            Some(Strategy::LeastRequest) => (
-                select::least_loaded(&s.cands, &mut self.rng),
-                Reason::LeastRequest,
-                false,
-            ),
-            Some(Strategy::LeastTtft) => {
-                let (i, r) = select::least_ttft(
-                    &s.cands,
-                    &s.costs,
-                    &s.reuse,
-                    self.config.ttft.tie_ms,
-                    &mut self.rng,
-                    &mut s.order,
-                );
-                runner_up = r;
-                match select::explore(i, &s.estimates, &s.costs, self.config.ttft.explore_wait_ms) {
-                    Some(probe) => {
-                        runner_up = Some(i);
-                        (probe, Reason::LeastTtftProbe, false)
-                    }
-                    None => (i, Reason::LeastTtft, false),
-                }
-            }
-            Some(Strategy::PrefixCache) => {
-                let params = PrefixCacheParams {
-                    imbalance_abs_count: self.config.imbalance_abs_count,
-                    stddev_factor: self.config.stddev_factor,
-                };
-                let p = select::prefix_cache(
-                    &s.cands,
-                    total_blocks,
-                    params,
-                    &mut self.rng,
-                    &mut s.order,
-                );
-                (p.index, p.reason, p.imbalance)
-            }
-            None => {
-                let i = select::weighted(
-                    &s.cands,
-                    spec,
-                    total_blocks,
-                    &s.costs,
-                    &mut self.rng,
-                    &mut s.totals,
-                    &mut s.order,
-                );
-                (i, Reason::Weighted, false)
-            }
-        };
-        Picked {
-            index,
-            reason,
-            imbalance,
-            runner_up,
-            total_blocks,
-        }
-    }
-
     /// Step 4: commits the pick: index write, ticket, in-flight count, the TTFT model's open
     /// request, stats, and the decision.
     fn commit(
@@ -684,10 +578,12 @@ impl Router {
     ) -> Decision {
         let Picked {
             index,
+            strategy,
             reason,
             imbalance,
             runner_up,
             total_blocks,
+            session,
         } = picked;
         let s = &mut self.scratch;
         let chosen = s.cands[index];
@@ -733,6 +629,7 @@ impl Router {
         let health_probe = pod.health.admission(now) == Admission::Probe;
         pod.health.on_routed(ticket, now);
         pod.in_flight += 1;
+        pod.busy.set_busy(now, true);
         pod.routed += 1;
         let job = size.job(&chosen, exact);
         ttft::commit(&mut pod.model, ticket, &est, &job, size.prompt_bytes, now);
@@ -762,6 +659,7 @@ impl Router {
             address: pod.address.clone(),
             model,
             ticket,
+            strategy,
             reason,
             imbalance,
             match_percent,
@@ -776,6 +674,7 @@ impl Router {
             prediction,
             excluded: s.excluded,
             health_probe,
+            session_id: session.then(|| select::session_affinity::encode(&pod.address)),
         }
     }
 
