@@ -21,9 +21,9 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use kvroute_core::{
-    BlockExtras, BlockHash, Completion, EngineBlockHash, EngineSnapshot, KvEvent, KvSource, Medium,
-    Outcome, PodId, PodSpec, PromptTokens, Reason, RouteRequest, Router, RouterConfig,
-    StoredBlocks, StrategySpec, Timestamp, Timings, TokenKeyConfig,
+    BlockExtras, BlockHash, Completion, EngineSnapshot, KvSource, Outcome, PodId, PodSpec,
+    PromptTokens, Reason, RouteRequest, Router, RouterConfig, StrategySpec, Timestamp, Timings,
+    TokenKeyConfig,
 };
 use serde::Serialize;
 
@@ -31,6 +31,8 @@ use crate::engine::{BlockEvent, Engine, EngineConfig, EngineCounters, TokenEvent
 use crate::prompt_tokens::PromptReader;
 use crate::report::{RequestRecord, Slo};
 use crate::workload::Arrival;
+
+mod kv;
 
 /// What the router learns about each request, as a given shell would tell it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -382,53 +384,6 @@ impl Cluster {
             kv_seq,
             kv_scratch: Vec::new(),
         })
-    }
-
-    /// [`ClusterConfig::kv_events`]: applies engine `e`'s events since its last batch to the
-    /// router as one batch (nothing when there are none), as a subscriber would at `t`.
-    fn publish_kv_events(&mut self, e: usize, t: u64) {
-        self.kv_scratch.clear();
-        self.engines[e].drain_kv_events(&mut self.kv_scratch);
-        if self.kv_scratch.is_empty() {
-            return;
-        }
-        let block_size = self.config.engine.block_size;
-        let hashes: Vec<EngineBlockHash> = self
-            .kv_scratch
-            .iter()
-            .map(|ev| match ev {
-                BlockEvent::Stored { hash, .. } | BlockEvent::Removed { hash } => {
-                    EngineBlockHash(*hash)
-                }
-                BlockEvent::Cleared => EngineBlockHash(0),
-            })
-            .collect();
-        let events: Vec<KvEvent<'_>> = self
-            .kv_scratch
-            .iter()
-            .zip(hashes.chunks(1))
-            .map(|(ev, hash)| match ev {
-                BlockEvent::Stored { parent, tokens, .. } => KvEvent::Stored(StoredBlocks {
-                    block_hashes: hash,
-                    parent: parent.map(EngineBlockHash),
-                    token_ids: tokens,
-                    block_size,
-                    ..StoredBlocks::default()
-                }),
-                BlockEvent::Removed { .. } => KvEvent::Removed {
-                    block_hashes: hash,
-                    medium: Medium::Gpu,
-                    group: 0,
-                },
-                BlockEvent::Cleared => KvEvent::AllCleared,
-            })
-            .collect();
-        let seq = self.kv_seq[e];
-        self.kv_seq[e] += 1;
-        // Every batch is numbered in order and the pod exists: always applied.
-        let _ = self
-            .router
-            .apply_kv_events(self.pod_ids[e], KvSource::Live, seq, &events, ts(t));
     }
 
     /// The router (for inspection).
@@ -799,6 +754,8 @@ impl Cluster {
         rec.match_percent = Some(d.match_percent);
         rec.imbalance = Some(d.imbalance);
         rec.decision = Some(d.to_string());
+        rec.predicted_cached_tokens = Some(d.prediction.cached_tokens);
+        rec.held_cached_tokens = Some(self.engines[pod].cached_prefix_tokens(&keyed.ids));
         live[id].pod = pod;
         live[id].ids = keyed.ids;
         live[id].ticket = Some(d.ticket);

@@ -77,6 +77,14 @@ pub struct RequestRecord {
     pub prompt_tokens: Option<u32>,
     /// Prompt tokens served from the prefix cache (usage).
     pub cached_tokens: Option<u32>,
+    /// The simulator: the prompt tokens the router's TTFT model predicted the chosen engine
+    /// would serve from its cache (`Decision::prediction.cached_tokens`, at routing time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_cached_tokens: Option<u32>,
+    /// The simulator: the prompt tokens the chosen engine held in its cache when the request
+    /// was routed (what it would have served had it been admitted at once).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_cached_tokens: Option<u32>,
     /// Output tokens received.
     pub output_tokens: Option<u32>,
     /// Success and within every SLO bound.
@@ -203,10 +211,11 @@ impl PhaseSummary {
 }
 
 /// The study's table: `| scenario / round | strategy | TTFT P95 s | TPOT P95 ms | token hit |
-/// SLO /N | A / B |`, the split header naming the pods of the first row.
+/// SLO /N | A / B |`, the split header naming the pods of the first row with the most pods.
 pub fn study_table(rows: &[PhaseSummary]) -> String {
     let planned = rows.first().map_or(96, |r| r.planned);
-    let pods = rows.first().map_or_else(
+    let most = rows.iter().map(|r| r.split.len()).max().unwrap_or(0);
+    let pods = rows.iter().find(|r| r.split.len() == most).map_or_else(
         || "A / B".to_owned(),
         |r| {
             r.split
@@ -231,6 +240,107 @@ pub fn study_table(rows: &[PhaseSummary]) -> String {
             opt(r.token_hit, &|v| format!("{:.1}%", v * 100.0)),
             r.within_slo,
             r.split_cell()
+        );
+    }
+    s
+}
+
+/// How well the router's predicted cached tokens ([`RequestRecord::predicted_cached_tokens`])
+/// matched the tokens the engines served from their prefix caches
+/// ([`RequestRecord::cached_tokens`]), over a phase's successful requests that have both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct CacheAccuracy {
+    /// Requests counted.
+    pub requests: usize,
+    /// Σ predicted cached tokens.
+    pub predicted: u64,
+    /// Σ cached tokens the engines served.
+    pub actual: u64,
+    /// Σ cached tokens the chosen engines held when the requests were routed.
+    pub held: u64,
+    /// Σ |predicted − actual| per request: what the totals' ratio can hide (over- and
+    /// under-predictions cancelling out).
+    pub abs_error: u64,
+    /// Of those requests, the ones routed from an engine view (`view=engine` in the decision).
+    pub engine_views: usize,
+}
+
+impl CacheAccuracy {
+    /// Sums the records.
+    pub fn from_records(records: &[RequestRecord]) -> Self {
+        let mut a = CacheAccuracy::default();
+        for r in records.iter().filter(|r| r.success) {
+            let (Some(p), Some(c)) = (r.predicted_cached_tokens, r.cached_tokens) else {
+                continue;
+            };
+            a.requests += 1;
+            a.predicted += u64::from(p);
+            a.actual += u64::from(c);
+            a.held += u64::from(r.held_cached_tokens.unwrap_or(0));
+            a.abs_error += u64::from(p.abs_diff(c));
+            let view = r
+                .decision
+                .as_deref()
+                .and_then(|d| decision_field(d, "view"));
+            a.engine_views += usize::from(view == Some("engine"));
+        }
+        a
+    }
+
+    /// predicted ÷ actual (`None` when nothing was served from cache).
+    pub fn ratio(&self) -> Option<f64> {
+        (self.actual > 0).then(|| self.predicted as f64 / self.actual as f64)
+    }
+
+    /// Σ |predicted − actual| ÷ actual (`None` when nothing was served from cache).
+    pub fn error_share(&self) -> Option<f64> {
+        (self.actual > 0).then(|| self.abs_error as f64 / self.actual as f64)
+    }
+
+    /// predicted ÷ held at routing (`None` when the chosen engines held nothing).
+    pub fn held_ratio(&self) -> Option<f64> {
+        (self.held > 0).then(|| self.predicted as f64 / self.held as f64)
+    }
+}
+
+/// One row of [`cache_table`]: a phase's label and strategy, its [`CacheAccuracy`] and the
+/// blocks its engines evicted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CacheRow {
+    /// `scenario / round`.
+    pub label: String,
+    /// The strategy.
+    pub strategy: String,
+    /// Predicted against actual cached tokens.
+    pub accuracy: CacheAccuracy,
+    /// Blocks evicted, all engines together.
+    pub evictions: u64,
+}
+
+/// Predicted against actual cached tokens per phase: `| scenario / round | strategy | predicted
+/// cached | actual cached | predicted ÷ actual | abs error ÷ actual | held at routing |
+/// predicted ÷ held | engine view | evicted |`.
+pub fn cache_table(rows: &[CacheRow]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "| scenario / round | strategy | predicted cached | actual cached | predicted ÷ actual | abs error ÷ actual | held at routing | predicted ÷ held | engine view | evicted |");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let ratio = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"));
+    for r in rows {
+        let a = &r.accuracy;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {}/{} | {} |",
+            r.label,
+            r.strategy,
+            a.predicted,
+            a.actual,
+            ratio(a.ratio()),
+            ratio(a.error_share()),
+            a.held,
+            ratio(a.held_ratio()),
+            a.engine_views,
+            a.requests,
+            r.evictions
         );
     }
     s
@@ -344,5 +454,41 @@ mod tests {
             Some("prefix_match")
         );
         assert_eq!(decision_field("strategy=x", "match"), None);
+    }
+
+    #[test]
+    fn cache_accuracy_sums_successful_requests() {
+        let rec = |p, c, h, view: &str| RequestRecord {
+            success: true,
+            predicted_cached_tokens: Some(p),
+            cached_tokens: Some(c),
+            held_cached_tokens: Some(h),
+            decision: Some(format!("strategy=x reason=y{view}")),
+            ..Default::default()
+        };
+        let mut failed = rec(9, 9, 9, "");
+        failed.success = false;
+        let rs = [rec(100, 50, 100, " view=engine"), rec(0, 50, 0, ""), failed];
+        let a = CacheAccuracy::from_records(&rs);
+        assert_eq!(
+            (a.requests, a.predicted, a.actual, a.held),
+            (2, 100, 100, 100)
+        );
+        assert_eq!((a.abs_error, a.engine_views), (100, 1));
+        assert_eq!(
+            (a.ratio(), a.error_share(), a.held_ratio()),
+            (Some(1.0), Some(1.0), Some(1.0))
+        );
+        assert_eq!(CacheAccuracy::default().ratio(), None);
+        let t = cache_table(&[CacheRow {
+            label: "x / 1".into(),
+            strategy: "random".into(),
+            accuracy: a,
+            evictions: 7,
+        }]);
+        assert!(
+            t.contains("| x / 1 | random | 100 | 100 | 1.000 | 1.000 | 100 | 1.000 | 1/2 | 7 |"),
+            "{t}"
+        );
     }
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::cluster::{Cluster, ClusterConfig, Feedback, RouterBlocks, RunResult, SimError};
 use crate::engine::EngineConfig;
 use crate::prompt_tokens::PromptReader;
-use crate::report::PhaseSummary;
+use crate::report::{CacheAccuracy, CacheRow, PhaseSummary};
 use crate::workload::{
     mix, ArrivalProcess, Scenario, StudyPhase, ROUND_SEEDS, STUDY_FAMILIES, STUDY_OUTPUT_TOKENS,
     STUDY_RATE, STUDY_REQUESTS,
@@ -50,7 +50,7 @@ pub struct StudyConfig {
     pub strategies: Vec<StrategySpec>,
     /// Rounds to run (1, 2 or both).
     pub rounds: Vec<u8>,
-    /// Scenarios to run (`None` = the study's four per round).
+    /// Scenarios to run in each round (`None` = the study's four per round).
     pub scenarios: Option<Vec<Scenario>>,
     /// 0 = the study's salts and router seeds; another value draws others (the family order
     /// stays the round's).
@@ -81,6 +81,9 @@ pub struct StudyConfig {
     /// Whether the engines' KV events feed the router's engine views
     /// ([`ClusterConfig::kv_events`]).
     pub kv_events: bool,
+    /// With `kv_events`: how long a prompt the router sent a pod counts as cached there on top
+    /// of its engine view ([`RouterConfig::engine_view_pending_ms`]; 0 = the view alone).
+    pub engine_view_pending_ms: u64,
 }
 
 impl Default for StudyConfig {
@@ -108,6 +111,7 @@ impl Default for StudyConfig {
             prompts: PromptReader::built_in(),
             router_blocks: None,
             kv_events: false,
+            engine_view_pending_ms: RouterConfig::default().engine_view_pending_ms,
         }
     }
 }
@@ -151,8 +155,12 @@ pub struct PhaseResult {
     pub round: u8,
     /// The strategy.
     pub strategy: String,
+    /// Its pods (A, B, ...).
+    pub pods: Vec<String>,
     /// The table row.
     pub summary: PhaseSummary,
+    /// The router's predicted cached tokens against the engines' (the cache table's row).
+    pub cache: CacheAccuracy,
     /// Everything else the run measured.
     pub run: RunResult,
 }
@@ -163,8 +171,9 @@ fn ser_display<S: serde::Serializer>(s: &Scenario, ser: S) -> Result<S::Ok, S::E
 
 impl PhaseResult {
     /// Requests of `family` per pod, in pod order.
-    pub fn family_split(&self, family: usize, pods: &[String]) -> Vec<usize> {
-        pods.iter()
+    pub fn family_split(&self, family: usize) -> Vec<usize> {
+        self.pods
+            .iter()
             .map(|p| {
                 self.run
                     .records
@@ -231,14 +240,19 @@ pub fn run_phase(
         cfg.arrivals,
         cfg.output_tokens,
     );
+    let engine = EngineConfig {
+        kv_capacity_blocks: scenario.kv_blocks(cfg.engine.kv_capacity_blocks),
+        ..cfg.engine
+    };
     let cluster_cfg = ClusterConfig {
-        engine: cfg.engine,
+        engine,
         router: RouterConfig {
             seed: phase_seed,
+            engine_view_pending_ms: cfg.engine_view_pending_ms,
             // The engine facts an operator knows and configures; least-ttft learns the rates.
             ttft: TtftConfig {
-                engine_block_tokens: cfg.engine.block_size,
-                max_seqs: cfg.engine.max_num_seqs,
+                engine_block_tokens: engine.block_size,
+                max_seqs: engine.max_num_seqs,
                 ..cfg.ttft_priors.clone()
             },
             ..RouterConfig::default()
@@ -247,7 +261,7 @@ pub fn run_phase(
         sample_every_us: cfg.snapshot_every_ms.max(1) * 1_000,
         feedback: cfg.feedback,
         router_max_seqs: cfg.router_max_seqs,
-        pods: pod_names(cfg.replicas),
+        pods: pod_names(scenario.replicas(cfg.replicas)),
         prompts: cfg.prompts.clone(),
         router_blocks: cfg.router_blocks,
         kv_events: cfg.kv_events,
@@ -284,7 +298,9 @@ pub fn run_phase(
         scenario,
         round,
         strategy: name,
+        pods,
         summary,
+        cache: CacheAccuracy::from_records(&run.records),
         run,
     })
 }
@@ -313,7 +329,7 @@ pub fn run_study(cfg: &StudyConfig) -> Result<Vec<PhaseResult>, SimError> {
         }
     }
     let rank = |p: &PhaseResult| {
-        ["cold", "warm", "hot50", "hot90"]
+        ["cold", "warm", "hot50", "hot90", "eviction", "skewed4"]
             .iter()
             .position(|n| *n == p.scenario.name())
     };
@@ -321,9 +337,20 @@ pub fn run_study(cfg: &StudyConfig) -> Result<Vec<PhaseResult>, SimError> {
     Ok(out)
 }
 
+/// The cache table's row of a phase ([`crate::report::cache_table`]).
+pub fn cache_row(p: &PhaseResult) -> CacheRow {
+    CacheRow {
+        label: p.summary.label.clone(),
+        strategy: p.strategy.clone(),
+        accuracy: p.cache,
+        evictions: p.run.engines.iter().map(|e| e.evictions).sum(),
+    }
+}
+
 /// The lines the table has no column for: selection reasons, guard events, peak waiting,
 /// throughput and, under a hotspot, where the hot family went.
-pub fn phase_notes(p: &PhaseResult, pods: &[String]) -> String {
+pub fn phase_notes(p: &PhaseResult) -> String {
+    let pods = &p.pods;
     let reasons: Vec<String> = p
         .run
         .reasons
@@ -345,7 +372,7 @@ pub fn phase_notes(p: &PhaseResult, pods: &[String]) -> String {
         p.run.output_throughput
     );
     if matches!(p.scenario, Scenario::Hot50 | Scenario::Hot90) {
-        let split = p.family_split(0, pods);
+        let split = p.family_split(0);
         let split: Vec<String> = split.iter().map(usize::to_string).collect();
         s.push_str(&format!(" · hot family {}", split.join(" / ")));
         if let Some(t) = pods.first().and_then(|a| p.first_sent_to(0, a)) {
@@ -356,11 +383,7 @@ pub fn phase_notes(p: &PhaseResult, pods: &[String]) -> String {
 }
 
 /// Writes `records.jsonl`, `summary.json` and one `ttft-SCENARIO.svg` per scenario to `dir`.
-pub fn write_outputs(
-    dir: &std::path::Path,
-    phases: &[PhaseResult],
-    pods: &[String],
-) -> Result<(), OutputError> {
+pub fn write_outputs(dir: &std::path::Path, phases: &[PhaseResult]) -> Result<(), OutputError> {
     let io = |path: &std::path::Path| {
         let path = path.display().to_string();
         move |source| OutputError::Io { path, source }
@@ -377,9 +400,9 @@ pub fn write_outputs(
         .map(|p| {
             serde_json::json!({
                 "scenario": p.scenario.to_string(), "round": p.round, "strategy": p.strategy,
-                "summary": p.summary, "reasons": p.run.reasons, "imbalance_events": p.run.imbalance_events,
+                "summary": p.summary, "cache": p.cache, "reasons": p.run.reasons, "imbalance_events": p.run.imbalance_events,
                 "peak_waiting": p.run.peak_waiting, "engines": p.run.engines, "samples": p.run.samples,
-                "notes": phase_notes(p, pods),
+                "notes": phase_notes(p),
             })
         })
         .collect();

@@ -1,5 +1,5 @@
-//! Workloads: the seed study's four scenarios, exactly as the study describes them, and a JSONL
-//! trace format for user workloads.
+//! Workloads: the seed study's four scenarios, exactly as the study describes them, two of the
+//! simulator's own, and a JSONL trace format for user workloads.
 //!
 //! ## The study's phases
 //! - 96 planned arrivals at 1.6 requests/s (one every 625 ms), 128 output tokens each.
@@ -22,6 +22,10 @@
 //!   contiguous runs; warm 6/2 (the lopsided one) indexes families 0–5 on A and spreads the
 //!   rest in contiguous runs over the other pods. Engines are warm with every family on
 //!   every pod, as in the study.
+//! - Two phases of the simulator's own (`study --phases`, not `replay`): [`Scenario::Eviction`]
+//!   sends cold's requests to engines too small to keep every family cached, and
+//!   [`Scenario::Skewed`] warm's to [`SKEWED_REPLICAS`] warm replicas while the index places
+//!   every family on A.
 //!
 //! ## Trace format (JSONL, one request per line)
 //! ```json
@@ -69,12 +73,36 @@ pub enum Scenario {
     Hot50,
     /// Each family cached on its home only; hot family 86, others 10.
     Hot90,
+    /// Not the study's: the cold phase's requests (empty engines and index, 8 families × 12,
+    /// the round's cold family order) on engines of at most [`EVICTION_KV_BLOCKS`] blocks,
+    /// too few to keep every family cached: they evict.
+    Eviction,
+    /// Not the study's: the warm phase's requests on [`SKEWED_REPLICAS`] replicas whose
+    /// engines all hold every family, while the router's index places every family on A.
+    Skewed,
 }
+
+/// [`Scenario::Eviction`]: the most KV blocks an engine has (`--kv-blocks`, if smaller, wins).
+/// 24 blocks of 1,568 tokens hold six families' three-block prefixes, or two running
+/// requests' blocks and five families', where the cold phase's traffic reaches every family
+/// on every replica under least-request and random routing. The engine needs at least 21 (one
+/// sequence of `max_model_len`).
+pub const EVICTION_KV_BLOCKS: u32 = 24;
+
+/// [`Scenario::Skewed`]: its replicas (whatever `--replicas` says).
+pub const SKEWED_REPLICAS: usize = 4;
 
 /// An unknown scenario name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("unknown scenario {0:?} (expected cold, warm, warm-4-4, warm-6-2, hot50 or hot90)")]
 pub struct UnknownScenario(pub String);
+
+/// An unknown phase name ([`Scenario::parse_phase`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown phase {0:?} (expected cold, warm-4-4, warm-6-2, hot50, hot90, eviction or skewed4)"
+)]
+pub struct UnknownPhase(pub String);
 
 impl Scenario {
     /// The study's scenario list for a round (1 or 2): warm's index split is 4/4 in round 1
@@ -101,6 +129,16 @@ impl Scenario {
         }
     }
 
+    /// Parses a simulated phase: [`Scenario::parse`]'s names (the study's, which `replay` can
+    /// send live), `eviction` and `skewed4` (simulator only).
+    pub fn parse_phase(s: &str) -> Result<Scenario, UnknownPhase> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "eviction" => Ok(Scenario::Eviction),
+            "skewed4" => Ok(Scenario::Skewed),
+            _ => Scenario::parse(s).map_err(|_| UnknownPhase(s.to_owned())),
+        }
+    }
+
     /// The short name (`cold`, `warm`, `hot50`, `hot90`).
     pub fn name(self) -> &'static str {
         match self {
@@ -108,13 +146,35 @@ impl Scenario {
             Scenario::Warm { .. } => "warm",
             Scenario::Hot50 => "hot50",
             Scenario::Hot90 => "hot90",
+            Scenario::Eviction => "eviction",
+            Scenario::Skewed => "skewed4",
+        }
+    }
+
+    /// The replicas the phase runs on: [`SKEWED_REPLICAS`] for [`Scenario::Skewed`],
+    /// `configured` (`--replicas`) otherwise.
+    pub fn replicas(self, configured: usize) -> usize {
+        match self {
+            Scenario::Skewed => SKEWED_REPLICAS,
+            _ => configured,
+        }
+    }
+
+    /// The KV capacity of the phase's engines: at most [`EVICTION_KV_BLOCKS`] for
+    /// [`Scenario::Eviction`], `configured` (`--kv-blocks`) otherwise.
+    pub fn kv_blocks(self, configured: u32) -> u32 {
+        match self {
+            Scenario::Eviction => configured.min(EVICTION_KV_BLOCKS),
+            _ => configured,
         }
     }
 
     /// Requests per family, family 0 first.
     pub fn family_counts(self) -> [usize; STUDY_FAMILIES] {
         match self {
-            Scenario::Cold | Scenario::Warm { .. } => [12; 8],
+            Scenario::Cold | Scenario::Warm { .. } | Scenario::Eviction | Scenario::Skewed => {
+                [12; 8]
+            }
             Scenario::Hot50 => [48, 7, 7, 7, 7, 7, 7, 6],
             Scenario::Hot90 => [86, 2, 2, 2, 1, 1, 1, 1],
         }
@@ -125,7 +185,7 @@ impl Scenario {
     /// docs for how the study's two-pod homes generalise.
     pub fn engine_home(self, family: usize, pods: usize) -> Option<usize> {
         match self {
-            Scenario::Cold | Scenario::Warm { .. } => None,
+            Scenario::Cold | Scenario::Warm { .. } | Scenario::Eviction | Scenario::Skewed => None,
             Scenario::Hot50 | Scenario::Hot90 => Some(hot_home(family, pods)),
         }
     }
@@ -135,7 +195,8 @@ impl Scenario {
     pub fn index_home(self, family: usize, pods: usize) -> Option<usize> {
         let pods = pods.max(1);
         match self {
-            Scenario::Cold => None,
+            Scenario::Cold | Scenario::Eviction => None,
+            Scenario::Skewed => Some(0),
             // The balanced bootstrap: 8 / pods families per pod, in order.
             Scenario::Warm { on_a } if usize::from(on_a) * 2 == STUDY_FAMILIES => {
                 Some(family * pods / STUDY_FAMILIES)
@@ -153,9 +214,9 @@ impl Scenario {
         }
     }
 
-    /// Whether engines start with every family cached on both sides.
+    /// Whether engines start with every family cached on every replica.
     pub fn warm_engines(self) -> bool {
-        matches!(self, Scenario::Warm { .. })
+        matches!(self, Scenario::Warm { .. } | Scenario::Skewed)
     }
 }
 
@@ -243,8 +304,9 @@ pub fn family_order(scenario: Scenario, seed: u64, requests: usize) -> Vec<usize
 
 fn scenario_tag(s: Scenario) -> u64 {
     match s {
-        Scenario::Cold => 1,
-        Scenario::Warm { .. } => 2,
+        // The new phases send the requests of the study phase they start like.
+        Scenario::Cold | Scenario::Eviction => 1,
+        Scenario::Warm { .. } | Scenario::Skewed => 2,
         Scenario::Hot50 => 3,
         Scenario::Hot90 => 4,
     }
@@ -545,6 +607,23 @@ mod tests {
         assert_eq!(Scenario::Cold.index_home(3, 4), None);
         assert_eq!(Scenario::parse("warm-6-2"), Ok(Scenario::Warm { on_a: 6 }));
         assert!(Scenario::parse("tepid").is_err());
+        assert!(
+            Scenario::parse("eviction").is_err(),
+            "replay sends the study's only"
+        );
+        assert_eq!(Scenario::parse_phase("eviction"), Ok(Scenario::Eviction));
+        assert_eq!(Scenario::parse_phase("skewed4"), Ok(Scenario::Skewed));
+        assert_eq!(
+            Scenario::parse_phase("warm-6-2"),
+            Ok(Scenario::Warm { on_a: 6 })
+        );
+        assert!(Scenario::parse_phase("tepid").is_err());
+        assert_eq!(homes(Scenario::Skewed, 4), some([0; 8]));
+        assert!(Scenario::Skewed.warm_engines() && !Scenario::Eviction.warm_engines());
+        assert_eq!(Scenario::Skewed.replicas(2), SKEWED_REPLICAS);
+        assert_eq!(Scenario::Eviction.kv_blocks(160), EVICTION_KV_BLOCKS);
+        assert_eq!(Scenario::Eviction.kv_blocks(22), 22);
+        assert_eq!(Scenario::Cold.kv_blocks(160), 160);
     }
 
     #[test]

@@ -136,253 +136,14 @@ fn options(sub: &str) -> BTreeMap<String, Opt> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Markdown.
+// Markdown (readme/markdown.rs) and the serve example (readme/serve.rs).
 
-/// A `## ` section: its heading line and its lines.
-struct Section {
-    heading: String,
-    lines: Vec<String>,
-}
-
-fn sections(md: &str) -> Vec<Section> {
-    let mut out = vec![Section {
-        heading: String::new(),
-        lines: vec![],
-    }];
-    for line in md.lines() {
-        if line.starts_with("## ") {
-            out.push(Section {
-                heading: line.to_owned(),
-                lines: vec![],
-            });
-        } else {
-            out.last_mut().unwrap().lines.push(line.to_owned());
-        }
-    }
-    out
-}
-
-/// The subcommand a heading is about: "## `kvroute-sim serve`" → serve.
-fn heading_subcommand(heading: &str) -> Option<String> {
-    let rest = heading.strip_prefix("## `kvroute-sim ")?;
-    Some(rest.split(['`', ' ']).next()?.to_owned())
-}
-
-/// The subcommands "## Engine flags (study, bar, run, serve)" names.
-fn engine_heading_subcommands(heading: &str) -> Option<Vec<String>> {
-    let rest = heading.strip_prefix("## Engine flags (")?;
-    let list = rest.strip_suffix(')')?;
-    Some(list.split(',').map(|s| s.trim().to_owned()).collect())
-}
-
-/// The section's fenced code blocks (their lines) and the rest (fences blanked).
-fn split_fences(lines: &[String]) -> (Vec<Vec<String>>, Vec<String>) {
-    let mut blocks = vec![];
-    let mut prose = vec![];
-    let mut block: Option<Vec<String>> = None;
-    for line in lines {
-        if line.trim_start().starts_with("```") {
-            match block.take() {
-                Some(b) => blocks.push(b),
-                None => block = Some(vec![]),
-            }
-            prose.push(String::new());
-        } else if let Some(b) = &mut block {
-            b.push(line.clone());
-            prose.push(String::new());
-        } else {
-            prose.push(line.clone());
-        }
-    }
-    assert!(block.is_none(), "unclosed code block");
-    (blocks, prose)
-}
-
-/// Inline code spans, by paragraph (spans may wrap lines; a newline becomes a space).
-fn spans_by_paragraph(prose: &[String]) -> Vec<Vec<String>> {
-    let mut out = vec![];
-    for para in prose.join("\n").split("\n\n") {
-        let spans: Vec<String> = para
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .map(|s| s.replace('\n', " "))
-            .collect();
-        out.push(spans);
-    }
-    out
-}
-
-/// A `kvroute-sim SUB ...` command of a code block: the subcommand and the rest, continuation
-/// lines joined.
-#[derive(Debug, Clone)]
-struct BlockCommand {
-    sub: String,
-    rest: String,
-    /// The line as written (the first line of it).
-    line: String,
-}
-
-impl BlockCommand {
-    /// A synopsis shows optional parts in brackets; a runnable example does not.
-    fn is_synopsis(&self) -> bool {
-        self.rest.contains('[')
-    }
-}
-
-fn block_commands(block: &[String]) -> Vec<BlockCommand> {
-    let mut out: Vec<BlockCommand> = vec![];
-    let mut open = false;
-    for line in block {
-        let t = line.trim_start();
-        if let Some(rest) = t.strip_prefix("kvroute-sim ") {
-            let rest = rest.trim_start();
-            let (sub, rest) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
-            out.push(BlockCommand {
-                sub: sub.to_owned(),
-                rest: rest.to_owned(),
-                line: t.to_owned(),
-            });
-            open = true;
-        } else if open && line.starts_with(' ') && (t.starts_with('[') || t.starts_with("--")) {
-            let c = out.last_mut().unwrap();
-            c.rest.push(' ');
-            c.rest.push_str(t);
-        } else {
-            open = false;
-        }
-    }
-    out
-}
-
-/// Strips a trailing `# comment` (outside quotes) from a line.
-fn strip_comment(s: &str) -> &str {
-    let mut quote = None;
-    let mut prev_space = true;
-    for (i, c) in s.char_indices() {
-        match (quote, c) {
-            (None, '\'' | '"') => quote = Some(c),
-            (Some(q), c) if c == q => quote = None,
-            (None, '#') if prev_space => return &s[..i],
-            _ => {}
-        }
-        prev_space = c.is_whitespace();
-    }
-    s
-}
-
-/// Splits a command as a POSIX shell splits these examples: whitespace, '…' and "…" quotes, a
-/// `#` comment.
-fn shell_words(s: &str) -> Vec<String> {
-    let s = strip_comment(s);
-    let mut words = vec![];
-    let mut cur = String::new();
-    let mut in_word = false;
-    let mut quote: Option<char> = None;
-    for c in s.chars() {
-        match (quote, c) {
-            (Some(q), c) if c == q => quote = None,
-            (Some(_), c) => cur.push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                in_word = true;
-            }
-            (None, c) if c.is_whitespace() => {
-                if in_word {
-                    words.push(std::mem::take(&mut cur));
-                    in_word = false;
-                }
-            }
-            (None, c) => {
-                cur.push(c);
-                in_word = true;
-            }
-        }
-    }
-    assert!(quote.is_none(), "unbalanced quotes in {s:?}");
-    if in_word {
-        words.push(cur);
-    }
-    words
-}
-
-/// The option a word names: `--rate` → rate, `--variant,` → variant; `--fault-*` (a family)
-/// and other words → None.
-fn flag_name(word: &str) -> Option<String> {
-    let rest = word.strip_prefix("--")?;
-    let end = rest
-        .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
-        .unwrap_or(rest.len());
-    let (name, tail) = rest.split_at(end);
-    let ok_tail = tail.chars().all(|c| ",.;:)".contains(c));
-    (!name.is_empty() && !name.ends_with('-') && ok_tail).then(|| name.to_owned())
-}
-
-/// A placeholder (`N`, `FILE.jsonl`, `http://HOST:PORT`), a choice (`1|2`), `...` or prose,
-/// not a value to pass as written.
-fn is_placeholder(word: &str) -> bool {
-    word.chars().any(|c| c.is_ascii_uppercase())
-        || word.contains('|')
-        || word.contains("..")
-        || word.contains('…')
-        || word.starts_with('(')
-        || word.ends_with(',')
-}
-
-/// The flags of a synopsis (or a flag list such as the engine flags') and the default each
-/// shows, if any: `(X)` after its placeholder, or a literal value (`[--max-num-seqs 8]`). A
-/// flag's words are those after it inside the same brackets.
-fn synopsis_flags(s: &str) -> Vec<(String, Option<String>)> {
-    let s = strip_comment(s);
-    // (word, bracket group)
-    let mut words: Vec<(String, usize)> = vec![];
-    let mut group = 0;
-    let mut cur = String::new();
-    let flush = |cur: &mut String, group: usize, words: &mut Vec<(String, usize)>| {
-        if !cur.is_empty() {
-            words.push((std::mem::take(cur), group));
-        }
-    };
-    for c in s.chars() {
-        match c {
-            '[' | ']' => {
-                flush(&mut cur, group, &mut words);
-                group += 1;
-            }
-            c if c.is_whitespace() => flush(&mut cur, group, &mut words),
-            c => cur.push(c),
-        }
-    }
-    flush(&mut cur, group, &mut words);
-    let mut out = vec![];
-    for (i, (w, g)) in words.iter().enumerate() {
-        let Some(name) = flag_name(w) else {
-            continue;
-        };
-        let values: Vec<&str> = words[i + 1..]
-            .iter()
-            .take_while(|(v, vg)| vg == g && flag_name(v).is_none())
-            .map(|(v, _)| v.as_str())
-            .collect();
-        let default = values
-            .iter()
-            .find_map(|v| v.strip_prefix('(')?.strip_suffix(')'))
-            .map(str::to_owned)
-            .or_else(|| {
-                let first = values.first()?;
-                (!is_placeholder(first)).then(|| first.to_string())
-            });
-        out.push((name, default));
-    }
-    out
-}
-
-fn same_value(a: &str, b: &str) -> bool {
-    match (a.parse::<f64>(), b.parse::<f64>()) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => a == b,
-    }
-}
+#[path = "readme/markdown.rs"]
+mod markdown;
+#[path = "readme/serve.rs"]
+mod serve;
+use markdown::*;
+use serve::check_serve;
 
 // ---------------------------------------------------------------------------------------------
 // What sim/README.md documents, per subcommand.
@@ -811,157 +572,6 @@ fn check_run(args: &[String], out: &Output) {
     }
 }
 
-/// An HTTP/1.1 exchange as curl makes it; (status, body).
-fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: curl/8\r\nAccept: */*\r\n\
-         Connection: close\r\n"
-    );
-    if let Some(b) = body {
-        req.push_str(&format!(
-            "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n",
-            b.len()
-        ));
-    }
-    req.push_str("\r\n");
-    req.push_str(body.unwrap_or(""));
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = vec![];
-    s.read_to_end(&mut raw).unwrap();
-    let raw = text(&raw);
-    let (head, body) = raw.split_once("\r\n\r\n").expect("a response");
-    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        let mut out = String::new();
-        let mut rest = body;
-        while let Some((size, tail)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(size.trim(), 16).unwrap();
-            if n == 0 {
-                break;
-            }
-            out.push_str(&tail[..n]);
-            rest = &tail[n + 2..];
-        }
-        out
-    } else {
-        body.to_owned()
-    };
-    (status, body)
-}
-
-/// Runs a `curl` example line against `addr` (its `HOST:PORT`); checks the `# → RESULT` it
-/// promises, if any.
-fn run_curl(line: &str, addr: &str) {
-    let words = shell_words(line);
-    assert_eq!(words[0], "curl", "{line}");
-    let mut method = None;
-    let mut url = None;
-    let mut body = None;
-    let mut i = 1;
-    while i < words.len() {
-        let w = &words[i];
-        if let Some(m) = w.strip_prefix("-X") {
-            method = Some(m.to_owned());
-        } else if w == "-d" {
-            body = Some(words[i + 1].clone());
-            i += 1;
-        } else if w.starts_with("http://") {
-            url = Some(w.clone());
-        } else {
-            panic!("curl option {w} not understood: {line}");
-        }
-        i += 1;
-    }
-    let url = url.expect("a URL");
-    let path = url
-        .strip_prefix("http://HOST:PORT")
-        .unwrap_or_else(|| panic!("URL not http://HOST:PORT/...: {line}"));
-    let method = method.unwrap_or_else(|| if body.is_some() { "POST" } else { "GET" }.into());
-    let (status, got) = http(addr, &method, path, body.as_deref());
-    assert_eq!(status, 200, "{line}: {got}");
-    if let Some((_, promised)) = line.split_once("# →") {
-        let want: serde_json::Value = serde_json::from_str(promised.trim()).expect("JSON");
-        let got: serde_json::Value = serde_json::from_str(&got).expect("JSON answer");
-        assert_eq!(got, want, "{line}");
-    }
-}
-
-/// `kvroute-sim serve`: the one line `listening on 127.0.0.1:PORT`; the fault flags it is given
-/// at work; the `curl` examples beside it; SIGTERM stops it cleanly.
-fn check_serve(args: &[String], block: &[String]) {
-    let mut child: Child = bin()
-        .arg("serve")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn kvroute-sim serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim_end()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("first line {line:?}"))
-        .to_owned();
-    assert!(
-        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
-        "{addr}"
-    );
-
-    // The start-up fault spec: `--fault-after N` requests pass, then `--fault-status`; with
-    // `--fault-health` /health fails too once they have passed.
-    let status: u16 = arg(args, "--fault-status").map_or(500, |s| s.parse().unwrap());
-    let after: u64 = arg(args, "--fault-after").map_or(0, |s| s.parse().unwrap());
-    let health = args.iter().any(|a| a == "--fault-health");
-    for _ in 0..after {
-        assert_eq!(http(&addr, "GET", "/v1/models", None).0, 200);
-    }
-    if args.iter().any(|a| a.starts_with("--fault-")) {
-        let (got, body) = http(&addr, "GET", "/v1/models", None);
-        assert_eq!(got, status, "{body}");
-        let (got, _) = http(&addr, "GET", "/health", None);
-        assert_eq!(got, if health { status } else { 200 });
-    }
-
-    let curls: Vec<&String> = block
-        .iter()
-        .filter(|l| l.trim_start().starts_with("curl "))
-        .collect();
-    for c in &curls {
-        run_curl(c.trim(), &addr);
-    }
-    if !curls.is_empty() {
-        // The examples end by clearing the spec: the replica is healthy again.
-        assert_eq!(http(&addr, "GET", "/fault", None), (200, "{}".to_owned()));
-        assert_eq!(http(&addr, "GET", "/health", None).0, 200);
-    }
-
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            assert!(st.success(), "serve exited with {st:?} after SIGTERM");
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("serve did not stop within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn runnable_examples_run_as_written_and_print_what_the_readme_says() {
     let md = sim_readme();
@@ -1031,15 +641,14 @@ fn study_prints_the_readmes_tables_and_writes_what_out_lists() {
     for row in rows {
         assert!(printed.contains(row), "{row} not printed:\n{stdout}");
     }
-    // Four strategies × four scenarios × two rounds.
-    assert_eq!(
-        stdout
-            .lines()
-            .filter(|l| l.starts_with("| ") && l.contains(" / ") && !l.starts_with("| scenario"))
-            .count(),
-        32,
-        "{stdout}"
-    );
+    // Four strategies × four scenarios × two rounds, in the study table and the cached-tokens
+    // table after it.
+    for header in [
+        "| scenario / round | strategy | TTFT P95 s |",
+        "| scenario / round | strategy | predicted cached |",
+    ] {
+        assert_eq!(table_rows(&stdout, header).len(), 32, "{header}\n{stdout}");
+    }
     assert!(stdout.contains("simulated 32 phases"), "{stdout}");
 
     // The top-level README's table: "TTFT P95 / SLO" per phase and strategy, rounded.
@@ -1151,6 +760,75 @@ fn the_numbers_the_prose_quotes_from_study_flags_are_current() {
         counts.iter().max().unwrap()
     );
     assert!(md.contains(&claim), "sim/README.md should say: {claim}");
+}
+
+/// The section on predicted and actual cached tokens: its cached-tokens tables are printed, each
+/// by one of the two runs it names, and its skewed4 table's "TTFT P95 / SLO" cells are those
+/// runs' study rows.
+#[test]
+fn the_cached_tokens_tables_are_what_study_prints() {
+    let md = sim_readme();
+    let section = sections(&md)
+        .into_iter()
+        .find(|s| {
+            s.heading
+                .starts_with("## Predicted and actual cached tokens")
+        })
+        .expect("a section on predicted and actual cached tokens");
+    let base = "--phases eviction,skewed4 --strategy random least-request prefix-cache least-ttft";
+    let prose = section.lines.join(" ");
+    assert!(prose.contains(&format!(
+        "`kvroute-sim study {base} --router-blocks tokens`"
+    )));
+    let run = |extra: &str| {
+        study(
+            &shell_words(&format!("{base} {extra}"))
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let (index, events) = (run("--router-blocks tokens"), run("--kv-events"));
+    let printed = |out: &str, row: &str| out.lines().any(|l| l == row);
+    let mut tables = 0;
+    for table in section.lines.split(|l| !l.starts_with('|')) {
+        let rows: Vec<&String> = table
+            .iter()
+            .filter(|l| l.starts_with("| eviction / "))
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        tables += 1;
+        assert!(
+            rows.iter().all(|r| printed(&index, r)) || rows.iter().all(|r| printed(&events, r)),
+            "a table of rows not all printed by one run:\n{}\n--- index:\n{index}\n--- events:\n{events}",
+            table.join("\n")
+        );
+    }
+    assert_eq!(tables, 2);
+    let rows = table_rows(&md, "| skewed4 / round |");
+    assert_eq!(rows.len(), 4);
+    for row in rows {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        let (round, source) = cells[1].split_once(", ").unwrap();
+        let out = if source == "index" { &index } else { &events };
+        for (strategy, cell) in ["prefix-cache", "least-request", "least-ttft"]
+            .iter()
+            .zip(&cells[2..5])
+        {
+            let printed_row = out
+                .lines()
+                .find(|l| l.starts_with(&format!("| skewed4 / {round} | {strategy} |")))
+                .unwrap_or_else(|| panic!("no skewed4 / {round} {strategy}"));
+            let p: Vec<&str> = printed_row.split('|').map(str::trim).collect();
+            let want = format!("{} / {}", p[3], p[6]);
+            assert!(
+                cell.starts_with(&want),
+                "skewed4 {round} {source} {strategy}: {cell}, printed {want}"
+            );
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

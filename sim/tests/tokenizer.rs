@@ -445,9 +445,11 @@ fn study(args: &[&str], name: &str) -> (String, Vec<(String, String)>) {
         "study {args:?}: {stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The study's table (the cached-tokens table after it holds the predictions, which differ).
     let table = stdout
         .lines()
-        .filter(|l| l.starts_with('|'))
+        .skip_while(|l| !l.starts_with('|'))
+        .take_while(|l| l.starts_with('|'))
         .collect::<Vec<_>>()
         .join("\n");
     let records = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();

@@ -278,6 +278,18 @@ impl Engine {
         Ok(())
     }
 
+    /// The prompt tokens of `tokens` an admission would reuse from the cache now (its leading
+    /// cached blocks, at most `⌊(prompt − 1) / block⌋`), without touching the cache.
+    pub fn cached_prefix_tokens(&self, tokens: &[u32]) -> u32 {
+        if !self.config.prefix_caching || tokens.is_empty() {
+            return 0;
+        }
+        let bs = self.config.block_size;
+        let max_blocks = (tokens.len() - 1) / bs as usize;
+        let hashes = block_hashes(&tokens[..max_blocks * bs as usize], bs);
+        self.pool.longest_prefix(&hashes) as u32 * bs
+    }
+
     /// Whether a live request has this id.
     pub fn contains(&self, id: RequestId) -> bool {
         self.running.iter().chain(&self.waiting).any(|r| r.id == id)
