@@ -329,6 +329,23 @@ impl PrefixIndex {
         self.purge_where(|h| h.pod == pod && model.is_none_or(|m| m == h.model));
     }
 
+    /// Removes `pod` (for every model) from the blocks `hashes` (its engine evicted them);
+    /// blocks left without a pod are dropped.
+    pub fn forget(&mut self, pod: PodId, hashes: &[BlockHash]) {
+        self.walked.clear();
+        for &hash in hashes {
+            let Some(slot) = self.find(hash) else {
+                continue;
+            };
+            let holders = &mut self.entries[slot as usize].holders;
+            holders.retain(|h| h.pod != pod);
+            if holders.is_empty() {
+                self.remove_slot(slot);
+                self.stats.purged += 1;
+            }
+        }
+    }
+
     /// Removes every entry of `model`, whatever pod holds it (the model was removed).
     pub fn purge_model(&mut self, model: ModelId) {
         self.purge_where(|h| h.model == model);
@@ -555,6 +572,21 @@ mod tests {
         assert_eq!(ix.stats().expired, 2);
         assert_eq!(ix.next_expiry(), None);
         ix.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn forget_removes_a_pod_from_some_blocks() {
+        let mut idx = PrefixIndex::new(100, 60_000, 1);
+        let (a, b, m) = (PodId(0), PodId(1), ModelId(0));
+        idx.insert(m, a, &hs(4), t(0));
+        idx.insert(m, b, &hs(2), t(0));
+        idx.forget(a, &hs(2));
+        assert_eq!(idx.matched_blocks(m, a, &hs(4), t(1)), 0);
+        assert_eq!(idx.matched_blocks(m, b, &hs(4), t(1)), 2);
+        assert_eq!(idx.len(), 4, "blocks 0-1 keep b, 2-3 keep a");
+        idx.forget(b, &hs(2));
+        assert_eq!(idx.len(), 2);
+        idx.check_invariants().unwrap();
     }
 
     #[test]

@@ -203,3 +203,39 @@ fn routing_uncached_blocks_awaits_a_batch_and_a_batch_settles_it() {
     assert_eq!((v.awaiting_since, v.suspended), (None, false));
     assert_eq!(route(&mut r, &p, 11).view, MatchView::Engine);
 }
+
+/// A prompt sent to a pod counts there for the pending window (its engine reports its blocks
+/// only once computed) until the engine reports them evicted: from then on neither the view
+/// nor the router-side index claims them.
+#[test]
+fn evicted_blocks_stop_counting_in_the_pending_window() {
+    let (mut r, pods) = router_with_pods(2, config(Strategy::PrefixCache));
+    for &p in &pods {
+        r.apply_kv_events(p, KvSource::Live, 0, &[], t(0)).unwrap();
+    }
+    let p = prompt(6, 640);
+    let first = route(&mut r, &p, 1);
+    let home = first.pod;
+    // Pending: the engine has reported nothing yet, the route counts.
+    let again = route(&mut r, &p, 2);
+    assert_eq!((again.pod, again.matched_blocks), (home, 40));
+    // The engine stores the blocks, then evicts them.
+    assert!(matches!(
+        store(&mut r, home, 1, &p, 6),
+        KvApplied::Applied(c) if c.stored == 40
+    ));
+    let hashes = engine_hashes(6, 40);
+    let removed = KvEvent::Removed {
+        block_hashes: &hashes,
+        medium: kvroute_core::Medium::Gpu,
+        group: 0,
+    };
+    r.apply_kv_events(home, KvSource::Live, 2, &[removed], t(3))
+        .unwrap();
+    let d = route(&mut r, &p, 4);
+    assert_eq!(d.view, MatchView::Engine);
+    assert_eq!(
+        d.matched_blocks, 0,
+        "nothing claims the evicted prompt: {d}"
+    );
+}

@@ -221,6 +221,16 @@ pub(crate) struct EngineViews {
     seed: u64,
     scratch: Vec<u8>,
     keys: Vec<u64>,
+    gone: Gone,
+}
+
+/// What the last applied batch says the engine no longer holds, for the router-side index.
+#[derive(Debug, Default)]
+pub(crate) struct Gone {
+    /// Keys the engine evicted (no engine block carries them any more).
+    pub(crate) keys: Vec<BlockHash>,
+    /// The engine's cache was emptied (cleared, restarted, block size changed).
+    pub(crate) all: bool,
 }
 
 impl EngineViews {
@@ -256,6 +266,7 @@ impl EngineViews {
                 }
                 // A lower live number: a new publisher, so a new engine with an empty cache.
                 view.reset();
+                self.gone.all = true;
                 counts.reset = true;
                 view.next = Next::Start;
                 view.complete = false;
@@ -296,6 +307,7 @@ impl EngineViews {
                 &mut counts,
                 &mut self.scratch,
                 &mut self.keys,
+                &mut self.gone,
             );
         }
         view.stats.stored += u64::from(counts.stored);
@@ -303,6 +315,12 @@ impl EngineViews {
         view.stats.unkeyed += u64::from(counts.unkeyed);
         view.stats.ignored += u64::from(counts.ignored);
         KvApplied::Applied(counts)
+    }
+
+    /// What the batches applied since the last call say the engine no longer holds (then
+    /// forgotten here).
+    pub(crate) fn take_gone(&mut self) -> Gone {
+        std::mem::take(&mut self.gone)
     }
 
     /// Gives up on replaying `pod`'s pending gap: the view is stale (not used) until the engine
@@ -382,10 +400,12 @@ fn apply_event(
     counts: &mut BatchCounts,
     scratch: &mut Vec<u8>,
     keys: &mut Vec<u64>,
+    gone: &mut Gone,
 ) {
     match *event {
         KvEvent::AllCleared => {
             view.reset();
+            gone.all = true;
             view.complete = true;
             counts.reset = true;
         }
@@ -399,8 +419,13 @@ fn apply_event(
                 return;
             }
             for h in block_hashes {
-                if view.blocks.remove(h.0) {
-                    counts.removed += 1;
+                let Some(key) = view.blocks.key_of(h.0) else {
+                    continue;
+                };
+                view.blocks.remove(h.0);
+                counts.removed += 1;
+                if !view.blocks.holds(key) {
+                    gone.keys.push(BlockHash(key));
                 }
             }
         }
@@ -419,6 +444,7 @@ fn apply_event(
                 // of no use.
                 if view.block_size != 0 {
                     view.reset();
+                    gone.all = true;
                     counts.reset = true;
                 }
                 view.block_size = s.block_size;

@@ -11,7 +11,9 @@ impl Router {
     /// Applies one batch of `pod`'s KV-cache events, numbered `seq` by its publisher. From then
     /// on, a token-keyed request ([`crate::RouteRequest::with_tokens`]) is matched against the
     /// pod's engine view while the view is complete and keyed at the request's block size, and
-    /// against the router-side index otherwise ([`crate::Decision::view`] says which).
+    /// against the router-side index otherwise ([`crate::Decision::view`] says which). Blocks
+    /// the engine evicted, and everything when its cache was emptied, are also dropped from the
+    /// pod's router-side index entries (which would otherwise keep claiming them).
     ///
     /// [`KvApplied::Gap`]: the batch was not applied; replay the missing batches (as
     /// [`KvSource::Replay`]) and feed this one again, or call [`Router::accept_kv_gap`].
@@ -25,7 +27,16 @@ impl Router {
     ) -> Result<KvApplied, RegistryError> {
         let now = self.clock(now);
         self.registry.pod(pod)?;
-        Ok(self.views.apply(pod, source, seq, events, now))
+        let applied = self.views.apply(pod, source, seq, events, now);
+        // What the engine evicted (or lost in a reset) is no longer the pod's in the
+        // router-side index either: its pending-window and index matches would claim it.
+        let gone = self.views.take_gone();
+        if gone.all {
+            self.index.purge_pod(pod, None);
+        } else if !gone.keys.is_empty() {
+            self.index.forget(pod, &gone.keys);
+        }
+        Ok(applied)
     }
 
     /// Gives up on replaying `pod`'s pending gap: its view is stale (not used for matching,
