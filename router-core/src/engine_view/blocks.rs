@@ -270,7 +270,6 @@ mod tests {
             b.insert(crate::hash::mix64(i), crate::hash::mix64(i ^ 0x55));
         }
         let per_block = b.memory_bytes() as f64 / n as f64;
-        println!("{per_block:.1} bytes per block at {n} blocks");
         assert!(per_block <= 64.0, "{per_block:.1} bytes per block");
         // Churn at the same size does not grow it.
         for i in 0..n / 2 {
