@@ -389,7 +389,7 @@ impl EngineViews {
             // Keyed at another block size: it cannot answer, unless it holds nothing at all.
             return (view.blocks.len() == 0).then_some(0);
         }
-        Some(keys.iter().take_while(|k| view.blocks.holds(k.0)).count() as u32)
+        Some(view.blocks.leading_held(keys) as u32)
     }
 }
 
@@ -473,11 +473,17 @@ fn apply_event(
                 parent = config.block_key(parent, first, tokens, extras, scratch);
                 keys.push(parent);
             }
+            // The first block continues the held parent's key (none for a prompt's first).
+            let mut held_parent = s.parent.and_then(|p| view.blocks.key_of(p.0));
+            let mut stored = 0;
             for (h, &k) in s.block_hashes.iter().zip(keys.iter()) {
-                view.blocks.insert(h.0, k);
+                if view.blocks.insert(h.0, k, held_parent) {
+                    stored += 1;
+                }
+                held_parent = Some(k);
             }
-            counts.stored += keys.len() as u32;
-            counts.unkeyed += n - keys.len() as u32;
+            counts.stored += stored;
+            counts.unkeyed += n - stored;
         }
     }
 }
