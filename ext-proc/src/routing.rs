@@ -243,6 +243,7 @@ pub fn route(
         max_output_tokens,
         endpoint_subset: subset.as_deref(),
         session_id: at.info.session_id.as_deref(),
+        ..RouteRequest::new(model, &hashes)
     };
     let result = shared.router.lock().route(req, now);
     let decision = match result {

@@ -22,6 +22,9 @@
 //! - **Exactly once.** [`Router::route`] increments the chosen pod's in-flight count and issues
 //!   a [`Ticket`]; [`Router::complete`] releases it once. Double, late or unknown completions
 //!   are [`TicketError`]s, never a negative count.
+//! - **Admission is opt-in.** [`Router::admit`] queues or sheds a request when no pod is
+//!   predicted to meet its model's TTFT target ([`Router::set_admission`]; see [`admission`]);
+//!   without a policy it is [`Router::route`].
 //! - **No panics on input.** Bad input is a typed error ([`RouteError`], [`RegistryError`],
 //!   [`TicketError`], [`StrategyError`], [`ConfigError`]).
 //!
@@ -67,6 +70,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod admission;
 #[cfg(feature = "json")]
 pub mod body;
 mod busy;
@@ -87,6 +91,10 @@ mod time;
 mod token_keys;
 mod ttft;
 
+pub use admission::{
+    AdmissionPolicy, AdmissionPolicyError, AdmissionStats, Admitted, Priority, QueueId, Shed,
+    ShedReason,
+};
 pub use config::{
     ConfigError, RouterConfig, DEFAULT_ENGINE_VIEW_PENDING_MS, DEFAULT_IMBALANCE_ABS_COUNT,
     DEFAULT_INDEX_CAPACITY, DEFAULT_INDEX_TTL_MS, DEFAULT_STDDEV_FACTOR, DEFAULT_TICKET_TTL_MS,

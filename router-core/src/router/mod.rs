@@ -1,5 +1,6 @@
 //! The router façade: one owner, `&mut self` for every change, no IO.
 
+mod admission;
 mod completion;
 mod health;
 mod kv_events;
@@ -7,6 +8,7 @@ mod select_step;
 
 use std::sync::Arc;
 
+use crate::admission::ModelAdmission;
 use crate::config::{ConfigError, RouterConfig};
 use crate::decision::{Decision, LoadSnapshot, MatchView, Prediction, Reason};
 use crate::engine_view::EngineViews;
@@ -47,6 +49,12 @@ pub struct RouteRequest<'a> {
     /// The request's `x-session-id` header, for `session-affinity` (AIBrix's encoding: base64
     /// of the pod's `ip:port`, as [`Decision::session_id`] gives it).
     pub session_id: Option<&'a str>,
+    /// The request's priority for [`Router::admit`]: higher first, negative sheddable (see
+    /// [`crate::Priority`]); 0 by default. [`Router::route`] ignores it.
+    pub priority: i32,
+    /// The request's tenant for [`Router::admit`]'s fairness (requests of one priority are
+    /// served tenant by tenant); `None` is one tenant of its own. [`Router::route`] ignores it.
+    pub tenant: Option<&'a str>,
 }
 
 impl<'a> RouteRequest<'a> {
@@ -60,6 +68,8 @@ impl<'a> RouteRequest<'a> {
             max_output_tokens: None,
             endpoint_subset: None,
             session_id: None,
+            priority: 0,
+            tenant: None,
         }
     }
 
@@ -91,6 +101,15 @@ impl<'a> RouteRequest<'a> {
     /// The same request with a session id (see [`RouteRequest::session_id`]).
     pub fn with_session_id(self, session_id: Option<&'a str>) -> Self {
         RouteRequest { session_id, ..self }
+    }
+
+    /// The same request with a priority and a tenant (see [`RouteRequest::priority`]).
+    pub fn with_priority(self, priority: i32, tenant: Option<&'a str>) -> Self {
+        RouteRequest {
+            priority,
+            tenant,
+            ..self
+        }
     }
 
     /// The same request with an explicit strategy.
@@ -125,6 +144,10 @@ pub enum RouteError {
     /// service (the Gateway API Inference Extension answers 503).
     #[error("no ready pod for model in the endpoint subset")]
     NoPodInSubset,
+    /// [`Router::dispatch`] of a request that is not queued (dispatched, cancelled or expired
+    /// before).
+    #[error("the request is not queued")]
+    NotQueued,
 }
 
 #[derive(Debug, Default)]
@@ -139,6 +162,8 @@ struct Scratch {
     reuse: Vec<u32>,
     estimates: Vec<Estimate>,
     ends: Vec<u64>,
+    /// Admission's view of each candidate.
+    rooms: Vec<crate::admission::PodRoom>,
     /// Pods of the model left out for their health in the last `candidates` call.
     excluded: u32,
     /// By candidate: whether its match came from its engine view.
@@ -206,6 +231,9 @@ pub struct Router {
     // engine snapshot keeps its own (scrape) time.
     latest: Timestamp,
     scratch: Scratch,
+    // invariant: one entry per registry model, same order.
+    admission: Vec<ModelAdmission>,
+    next_queue_id: u64,
 }
 
 impl Router {
@@ -226,6 +254,8 @@ impl Router {
             global: GlobalModel::new(&config.ttft),
             latest: Timestamp::ZERO,
             scratch: Scratch::default(),
+            admission: Vec::new(),
+            next_queue_id: 0,
             config,
         })
     }
@@ -460,6 +490,7 @@ impl Router {
             self.model_stats.push(ModelStats::new(
                 self.registry.models[m.index()].name.clone(),
             ));
+            self.admission.push(ModelAdmission::default());
         }
         Ok(m)
     }
@@ -476,22 +507,51 @@ impl Router {
     /// ready (AIBrix bypasses the router then).
     pub fn route(&mut self, req: RouteRequest<'_>, now: Timestamp) -> Result<Decision, RouteError> {
         let now = self.clock(now);
-        let Some(model) = self.registry.model_id(req.model) else {
-            self.unknown_model += 1;
-            return Err(RouteError::UnknownModel);
-        };
-        if !self.candidates(model, &req, now) {
-            self.model_stats[model.index()].no_ready_pod += 1;
-            return Err(if req.endpoint_subset.is_some() {
-                RouteError::NoPodInSubset
-            } else {
-                RouteError::NoReadyPod
-            });
-        }
+        let model = self.routed_model(&req)?;
+        self.ready_candidates(model, &req, now)?;
         let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
-        let job = self.estimates(&req, total_blocks, now);
-        let picked = self.select(&req, total_blocks, now);
-        Ok(self.commit(model, req.hashes, job, picked, now))
+        let job = self.estimates(&req, total_blocks, now, false);
+        Ok(self.select_and_commit(model, &req, job, now))
+    }
+
+    /// The request's model; counts an unknown one.
+    fn routed_model(&mut self, req: &RouteRequest<'_>) -> Result<ModelId, RouteError> {
+        self.registry.model_id(req.model).ok_or_else(|| {
+            self.unknown_model += 1;
+            RouteError::UnknownModel
+        })
+    }
+
+    /// Step 1 with its error: no candidate is [`RouteError::NoReadyPod`] (or
+    /// [`RouteError::NoPodInSubset`]), counted.
+    fn ready_candidates(
+        &mut self,
+        model: ModelId,
+        req: &RouteRequest<'_>,
+        now: Timestamp,
+    ) -> Result<(), RouteError> {
+        if self.candidates(model, req, now) {
+            return Ok(());
+        }
+        self.model_stats[model.index()].no_ready_pod += 1;
+        Err(if req.endpoint_subset.is_some() {
+            RouteError::NoPodInSubset
+        } else {
+            RouteError::NoReadyPod
+        })
+    }
+
+    /// Steps 3 and 4, after the candidates and estimates.
+    fn select_and_commit(
+        &mut self,
+        model: ModelId,
+        req: &RouteRequest<'_>,
+        job: JobSize,
+        now: Timestamp,
+    ) -> Decision {
+        let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
+        let picked = self.select(req, total_blocks, now);
+        self.commit(model, req.hashes, job, picked, now)
     }
 
     /// Step 1: the ready pods of `model` that their health admits (in the request's endpoint
@@ -719,7 +779,12 @@ impl Router {
             .filter(|p| !p.removed)
             .filter_map(|p| p.health.ejection_end())
             .min();
-        [index, tickets, detached, ejections]
+        let queued = self
+            .admission
+            .iter()
+            .filter_map(|a| a.queue.next_deadline())
+            .min();
+        [index, tickets, detached, ejections, queued]
             .into_iter()
             .flatten()
             .min()

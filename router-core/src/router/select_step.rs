@@ -9,13 +9,14 @@ use crate::ttft;
 
 impl Router {
     /// Step 2: the TTFT model's estimate for every candidate when the strategy (`None` = the
-    /// default) needs it (else none; the winner's is computed at commit). Returns the request's
-    /// size as the model sees it.
+    /// default) needs it or `all` asks for them (else none; the winner's is computed at
+    /// commit). Returns the request's size as the model sees it.
     pub(super) fn estimates(
         &mut self,
         req: &RouteRequest<'_>,
         total_blocks: u32,
         now: Timestamp,
+        all: bool,
     ) -> JobSize {
         let spec = req.strategy.unwrap_or(&self.config.default_strategy);
         let size = match req.tokens {
@@ -46,7 +47,7 @@ impl Router {
         s.costs.clear();
         s.reuse.clear();
         let engine_block = f64::from(self.config.ttft.engine_block_tokens);
-        if spec.contains(Strategy::LeastTtft) {
+        if all || spec.contains(Strategy::LeastTtft) {
             for (c, &exact) in s.cands.iter().zip(&s.exact) {
                 let pod = &self.registry.pods[c.pod.index()].model;
                 let e = ttft::estimate(

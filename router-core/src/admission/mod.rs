@@ -1,0 +1,308 @@
+//! Admission under saturation: when no pod can meet a model's TTFT target, a request is queued
+//! or shed instead of routed, by priority, fairly between tenants.
+//!
+//! ## Contract
+//! - **Off unless asked for.** A model has no policy until [`crate::Router::set_admission`]
+//!   gives it one; without one [`crate::Router::admit`] routes exactly as
+//!   [`crate::Router::route`] does.
+//! - **Saturated** (for one request): every candidate pod's predicted TTFT for it (the
+//!   `least-ttft` model's, whatever the strategy) is above the target, and no candidate's engine
+//!   says it has room (see [`AdmissionPolicy::queue_depth_threshold`]; a fresh snapshot with
+//!   fewer waiting requests and KV usage below [`AdmissionPolicy::kv_usage_threshold`]: the
+//!   signals llm-d's saturation detector reads, here as a guard against a prediction that has
+//!   gone wrong). Below saturation, with nothing queued, the decision is the one
+//!   [`crate::Router::route`] makes (the same PRNG draws).
+//! - **Priority** is an integer, higher first, as the Gateway API Inference Extension's
+//!   `InferenceObjective` priority: a negative priority is *sheddable*. Shells map names to it
+//!   ([`Priority::parse`]: `critical` 1, `standard` 0, `sheddable` -1).
+//! - A sheddable request is shed ([`ShedReason::Saturated`]) whenever it would have to wait (the
+//!   model is saturated for it, or requests are queued); it never queues. Others queue, up to
+//!   [`AdmissionPolicy::max_queue`] per model ([`ShedReason::QueueFull`] beyond it), each until
+//!   its deadline ([`ShedReason::Deadline`], from [`crate::Router::expire_queued`]).
+//! - **Dispatch** is pulled: after anything that frees capacity (a completion, a first token,
+//!   an engine snapshot, a new arrival) the shell asks [`crate::Router::next_queued`] for the
+//!   request to try and offers it with [`crate::Router::dispatch`], until one stays queued.
+//!   Order: highest priority first; within one, tenants in turn, each tenant's requests
+//!   first in, first out.
+//! - **Retry-After**: a shed carries the time until the best pod's predicted TTFT would meet the
+//!   target (at least a second), for the shell's `Retry-After`.
+
+mod queue;
+
+pub(crate) use queue::AdmissionQueue;
+
+/// A model's admission policy.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdmissionPolicy {
+    /// The TTFT target, ms: a request no pod is predicted to start within it waits or is shed.
+    pub ttft_target_ms: u32,
+    /// Requests held per model at most.
+    pub max_queue: u32,
+    /// Longest a request is held, ms.
+    pub queue_timeout_ms: u64,
+    /// An engine reporting fewer waiting requests than this (with KV room) has room, whatever
+    /// the prediction. 0 turns the guard off. Default 1: an empty queue.
+    pub queue_depth_threshold: u32,
+    /// KV-cache usage below which an engine has room. Default 0.8 (llm-d's).
+    pub kv_usage_threshold: f64,
+}
+
+impl Default for AdmissionPolicy {
+    fn default() -> Self {
+        AdmissionPolicy {
+            ttft_target_ms: 2_000,
+            max_queue: 256,
+            queue_timeout_ms: 30_000,
+            queue_depth_threshold: 1,
+            kv_usage_threshold: 0.8,
+        }
+    }
+}
+
+/// Why a policy is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdmissionPolicyError {
+    /// No such model.
+    #[error("unknown model {0:?}")]
+    UnknownModel(String),
+    /// A zero TTFT target.
+    #[error("ttft_target_ms must be at least 1")]
+    ZeroTarget,
+    /// A zero queue timeout.
+    #[error("queue_timeout_ms must be at least 1")]
+    ZeroTimeout,
+    /// A KV usage threshold outside (0, 1].
+    #[error("kv_usage_threshold must be in (0, 1], got {0}")]
+    KvThreshold(String),
+}
+
+impl AdmissionPolicy {
+    /// Checks the values.
+    pub fn validate(&self) -> Result<(), AdmissionPolicyError> {
+        if self.ttft_target_ms == 0 {
+            return Err(AdmissionPolicyError::ZeroTarget);
+        }
+        if self.queue_timeout_ms == 0 {
+            return Err(AdmissionPolicyError::ZeroTimeout);
+        }
+        let kv = self.kv_usage_threshold;
+        if !(kv > 0.0 && kv <= 1.0) {
+            return Err(AdmissionPolicyError::KvThreshold(kv.to_string()));
+        }
+        Ok(())
+    }
+}
+
+/// Named priorities.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Priority;
+
+impl Priority {
+    /// `critical`.
+    pub const CRITICAL: i32 = 1;
+    /// `standard` (a request that names none).
+    pub const STANDARD: i32 = 0;
+    /// `sheddable`.
+    pub const SHEDDABLE: i32 = -1;
+
+    /// A header value: an integer, or `critical` / `standard` / `sheddable` (any case; GIE's
+    /// criticality names). `None` for anything else.
+    pub fn parse(value: &str) -> Option<i32> {
+        let v = value.trim();
+        if let Ok(n) = v.parse::<i32>() {
+            return Some(n);
+        }
+        match v.to_ascii_lowercase().as_str() {
+            "critical" => Some(Priority::CRITICAL),
+            "standard" => Some(Priority::STANDARD),
+            "sheddable" => Some(Priority::SHEDDABLE),
+            _ => None,
+        }
+    }
+}
+
+/// A request held in a model's queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueueId(pub u64);
+
+/// Why a request was not served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ShedReason {
+    /// Sheddable, and it would have had to wait.
+    Saturated,
+    /// The model's queue was full.
+    QueueFull,
+    /// It waited until its deadline.
+    Deadline,
+}
+
+impl ShedReason {
+    /// A short label (`saturated`, `queue_full`, `deadline`) for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::Saturated => "saturated",
+            ShedReason::QueueFull => "queue_full",
+            ShedReason::Deadline => "deadline",
+        }
+    }
+}
+
+/// A request turned away.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shed {
+    /// Why.
+    pub reason: ShedReason,
+    /// When to try again, ms (at least 1,000).
+    pub retry_after_ms: u64,
+}
+
+/// What [`crate::Router::admit`] and [`crate::Router::dispatch`] did with a request.
+#[derive(Clone, Debug)]
+pub enum Admitted {
+    /// Routed now: the decision, as [`crate::Router::route`] gives it.
+    Routed(crate::Decision),
+    /// Held: offer it again with [`crate::Router::dispatch`] when capacity frees.
+    Queued(QueueId),
+    /// Turned away.
+    Shed(Shed),
+}
+
+/// A model's admission state inside the router.
+#[derive(Debug, Default)]
+pub(crate) struct ModelAdmission {
+    pub(crate) policy: Option<AdmissionPolicy>,
+    pub(crate) queue: AdmissionQueue,
+    pub(crate) stats: AdmissionStats,
+}
+
+/// Counters of one model's admission.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AdmissionStats {
+    /// Requests routed at once by [`crate::Router::admit`] (policy on).
+    pub admitted: u64,
+    /// Requests queued.
+    pub queued: u64,
+    /// Queued requests later routed.
+    pub dispatched: u64,
+    /// Queued requests the shell cancelled (the client left).
+    pub cancelled: u64,
+    /// Requests shed because sheddable under saturation.
+    pub shed_saturated: u64,
+    /// Requests shed because the queue was full.
+    pub shed_queue_full: u64,
+    /// Queued requests shed at their deadline.
+    pub shed_deadline: u64,
+    /// Requests queued now.
+    pub queue_len: u64,
+}
+
+impl AdmissionStats {
+    pub(crate) fn count_shed(&mut self, reason: ShedReason) {
+        match reason {
+            ShedReason::Saturated => self.shed_saturated += 1,
+            ShedReason::QueueFull => self.shed_queue_full += 1,
+            ShedReason::Deadline => self.shed_deadline += 1,
+        }
+    }
+}
+
+/// What the saturation check needs of one candidate.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PodRoom {
+    /// Predicted TTFT, ms.
+    pub(crate) ttft_ms: f64,
+    /// The engine's fresh snapshot: waiting requests and KV usage.
+    pub(crate) engine: Option<(u32, Option<f64>)>,
+}
+
+/// Whether the candidates are saturated for a request under `policy`, and the Retry-After for
+/// it (see the module docs).
+pub(crate) fn saturated(policy: &AdmissionPolicy, pods: &[PodRoom]) -> Option<u64> {
+    let target = f64::from(policy.ttft_target_ms);
+    let best = pods
+        .iter()
+        .map(|p| p.ttft_ms)
+        .filter(|t| !t.is_nan())
+        .fold(f64::INFINITY, f64::min);
+    if best <= target {
+        return None;
+    }
+    let has_room = |p: &PodRoom| match p.engine {
+        Some((waiting, kv)) => {
+            waiting < policy.queue_depth_threshold && kv.unwrap_or(0.0) < policy.kv_usage_threshold
+        }
+        None => false,
+    };
+    if pods.iter().any(has_room) {
+        return None;
+    }
+    let over_ms = if best.is_finite() {
+        (best - target).ceil() as u64
+    } else {
+        u64::from(policy.ttft_target_ms)
+    };
+    Some(over_ms.max(1_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn room(ttft_ms: f64, engine: Option<(u32, Option<f64>)>) -> PodRoom {
+        PodRoom { ttft_ms, engine }
+    }
+
+    #[test]
+    fn saturated_only_when_every_pod_misses_and_no_engine_has_room() {
+        let p = AdmissionPolicy::default();
+        assert_eq!(
+            saturated(&p, &[room(2_500.0, None), room(1_999.0, None)]),
+            None
+        );
+        assert_eq!(
+            saturated(&p, &[room(2_500.0, None), room(4_000.0, None)]),
+            Some(1_000),
+            "at least a second"
+        );
+        assert_eq!(saturated(&p, &[room(6_500.4, None)]), Some(4_501));
+        // An engine with an empty queue and KV room vetoes the prediction.
+        assert_eq!(saturated(&p, &[room(6_500.0, Some((0, Some(0.5))))]), None);
+        assert!(saturated(&p, &[room(6_500.0, Some((0, Some(0.9))))]).is_some());
+        assert!(saturated(&p, &[room(6_500.0, Some((2, None)))]).is_some());
+        let off = AdmissionPolicy {
+            queue_depth_threshold: 0,
+            ..p
+        };
+        assert!(saturated(&off, &[room(6_500.0, Some((0, None)))]).is_some());
+        assert!(saturated(&p, &[room(f64::NAN, None)]).is_some());
+    }
+
+    #[test]
+    fn priorities_parse_from_numbers_and_names() {
+        assert_eq!(Priority::parse(" Critical "), Some(1));
+        assert_eq!(Priority::parse("sheddable"), Some(-1));
+        assert_eq!(Priority::parse("standard"), Some(0));
+        assert_eq!(Priority::parse("-7"), Some(-7));
+        assert_eq!(Priority::parse("urgent"), None);
+    }
+
+    #[test]
+    fn bad_policies_are_refused() {
+        let p = AdmissionPolicy::default();
+        assert!(p.validate().is_ok());
+        assert!(AdmissionPolicy {
+            ttft_target_ms: 0,
+            ..p
+        }
+        .validate()
+        .is_err());
+        assert!(AdmissionPolicy {
+            kv_usage_threshold: 1.5,
+            ..p
+        }
+        .validate()
+        .is_err());
+    }
+}
