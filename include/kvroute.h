@@ -698,11 +698,13 @@ typedef struct kvroute_pod_info {
 
 /**
  * One routing decision, written by `kvroute_router_route()` / `kvroute_router_route_json()`
- * (and their `_subset` variants).
+ * (and their `_subset` and `_session` variants, and the token calls).
  *
  * The request holds an in-flight slot on `pod` until `ticket` is passed to
  * `kvroute_router_complete()`. Fields are never moved or removed; new ones are appended at the
- * end (`excluded` and `health_probe` came with pod health).
+ * end (`excluded` and `health_probe` came with pod health). The session id of
+ * `session-affinity` is no field (its length follows the pod's address):
+ * `kvroute_router_session_id()` reads it.
  */
 typedef struct kvroute_decision {
   /**
@@ -961,6 +963,31 @@ kvroute_status kvroute_router_explain(const struct kvroute_router *router,
                                       uint8_t *buf,
                                       size_t len,
                                       size_t *out_n);
+
+/**
+ * Writes the session id of the decision that issued `ticket` to `(buf, len)`, NUL-terminated:
+ * for AIBrix's `session-affinity`, the value to return to the client in the response's
+ * `x-session-id` header. The client's next request passes it back (to
+ * `kvroute_router_route_session()` or another `_session` call) and goes to the same pod while
+ * that pod is a candidate. The id is the standard base64 (padded, ASCII) of the chosen pod's
+ * `ip:port` as given to `kvroute_router_add_pod()`, AIBrix's encoding: 4 bytes for every 3 of
+ * the address, so 96 bytes hold the id of any address written without leading zeros.
+ *
+ * A decision carries a session id when the strategy spec it was routed with (the request's,
+ * or the configured default) includes `session-affinity`, whichever route call made it and
+ * whether or not the request had a session id. Otherwise its session id is empty: `*out_n` is
+ * 0 and `buf` holds only the NUL (a session id is never empty).
+ *
+ * The rest is as in `kvroute_router_explain()`: the id is kept while the ticket is open (call
+ * it before `kvroute_router_complete()`; `KVROUTE_STATUS_UNKNOWN_TICKET` for a ticket that is
+ * not open); `KVROUTE_STATUS_INSUFFICIENT_SIZE` with `*out_n` set to the length + 1 and `buf`
+ * untouched when `len` is too small; `(NULL, 0)` is a valid size query.
+ */
+kvroute_status kvroute_router_session_id(const struct kvroute_router *router,
+                                         kvroute_ticket ticket,
+                                         uint8_t *buf,
+                                         size_t len,
+                                         size_t *out_n);
 
 /**
  * Reads every counter of the router into `*stats_out`.
@@ -1301,21 +1328,6 @@ kvroute_status kvroute_router_pod_address(const struct kvroute_router *router,
                                           size_t *out_n);
 
 /**
- * Builds a router with a copy of `config` (the caller may free the config right away). On
- * success `*router_out` is a new router the caller owns and frees with `kvroute_router_free()`.
- *
- * Returns `KVROUTE_STATUS_NULL_PARAMETER` if either pointer is NULL.
- */
-kvroute_status kvroute_router_new(const struct kvroute_config *config,
-                                  struct kvroute_router **router_out);
-
-/**
- * Frees a router and everything it holds; open tickets are dropped. NULL is a no-op. No other
- * call on this router may be running or made afterwards.
- */
-void kvroute_router_free(struct kvroute_router *router);
-
-/**
  * Routes one request whose prompt is given as raw bytes (the text the engine will see, as
  * UTF-8; any bytes are accepted and hashed as they are).
  *
@@ -1333,7 +1345,8 @@ void kvroute_router_free(struct kvroute_router *router);
  * `KVROUTE_STATUS_UNKNOWN_MODEL` (no pod serves the model), `KVROUTE_STATUS_NO_READY_POD`,
  * `KVROUTE_STATUS_INVALID_STRATEGY`, `KVROUTE_STATUS_INVALID_UTF8` (model or strategy),
  * `KVROUTE_STATUS_NULL_PARAMETER`, `KVROUTE_STATUS_POISONED`. The request carries no
- * output-token limit here; `kvroute_router_route_json()` reads one from the body.
+ * output-token limit here; `kvroute_router_route_json()` reads one from the body. It carries
+ * no session id either: with `session-affinity`, route with `kvroute_router_route_session()`.
  */
 kvroute_status kvroute_router_route(struct kvroute_router *router,
                                     const uint8_t *model,
@@ -1374,6 +1387,48 @@ kvroute_status kvroute_router_route_subset(struct kvroute_router *router,
                                            struct kvroute_decision *decision_out);
 
 /**
+ * `kvroute_router_route_subset()` with the request's session id, for AIBrix's
+ * `session-affinity` strategy. `(session_id, session_id_len)` is the value of the request's
+ * `x-session-id` header: the session id a previous response carried, read from its decision
+ * with `kvroute_router_session_id()`.
+ *
+ * When the strategy spec (the request's, or the configured default) includes
+ * `session-affinity`, a session id naming a candidate (a pod of the model that is ready, in
+ * service and, with a subset, in the subset) sends the request to it
+ * (`KVROUTE_REASON_SESSION_AFFINITY`; in a weighted spec that pod scores 1 for
+ * session-affinity and the others 0). A request without a session id, or with one naming no
+ * candidate (its pod was removed, is not ready, is ejected or failing its checks, is outside
+ * the subset, or the id is not the base64 of an address), goes to a uniformly random
+ * candidate (`KVROUTE_REASON_RANDOM`) under `session-affinity` alone. Either way the decision
+ * carries the chosen pod's session id (`kvroute_router_session_id()`), which the caller
+ * returns to the client in the response's `x-session-id` header so that its next request
+ * comes back to the same pod. A spec without `session-affinity` ignores the session id.
+ *
+ * A session id is stateless, AIBrix's encoding: the standard base64 (padded) of the pod's
+ * `ip:port` address as given to `kvroute_router_add_pod()`, so whichever pod of the model has
+ * that address takes the session. It is decoded as Go's `base64.StdEncoding` does (`\r` and
+ * `\n` ignored), as given: no whitespace is trimmed.
+ *
+ * The session id is borrowed for the call only. `(NULL, 0)` and an empty id are no session
+ * id; `(NULL, n > 0)` is `KVROUTE_STATUS_NULL_PARAMETER`. Any other bytes are accepted and are
+ * never an error (a client's bad header must not fail its request): bytes that are not UTF-8
+ * or not base64 name no pod. Everything else is as in `kvroute_router_route_subset()`.
+ */
+kvroute_status kvroute_router_route_session(struct kvroute_router *router,
+                                            const uint8_t *model,
+                                            size_t model_len,
+                                            const uint8_t *prompt,
+                                            size_t prompt_len,
+                                            const uint8_t *strategy,
+                                            size_t strategy_len,
+                                            const char *const *endpoint_subset,
+                                            size_t endpoint_subset_len,
+                                            const uint8_t *session_id,
+                                            size_t session_id_len,
+                                            uint64_t now_ms,
+                                            struct kvroute_decision *decision_out);
+
+/**
  * Routes one request given as its OpenAI-style JSON body (`/v1/chat/completions` or
  * `/v1/completions`). The prompt is extracted as AIBrix v0.7.0 does: the `messages[].content`
  * values joined by one space (string contents unescaped, array or object contents appended as
@@ -1411,6 +1466,25 @@ kvroute_status kvroute_router_route_json_subset(struct kvroute_router *router,
                                                 size_t endpoint_subset_len,
                                                 uint64_t now_ms,
                                                 struct kvroute_decision *decision_out);
+
+/**
+ * `kvroute_router_route_json_subset()` with the request's session id (its `x-session-id`
+ * header, which is not part of the body), with the session id's rules as in
+ * `kvroute_router_route_session()`.
+ */
+kvroute_status kvroute_router_route_json_session(struct kvroute_router *router,
+                                                 const uint8_t *model,
+                                                 size_t model_len,
+                                                 const uint8_t *body,
+                                                 size_t body_len,
+                                                 const uint8_t *strategy,
+                                                 size_t strategy_len,
+                                                 const char *const *endpoint_subset,
+                                                 size_t endpoint_subset_len,
+                                                 const uint8_t *session_id,
+                                                 size_t session_id_len,
+                                                 uint64_t now_ms,
+                                                 struct kvroute_decision *decision_out);
 
 /**
  * Routes one request whose prompt is given as token ids: the prompt tokenized with the
@@ -1486,6 +1560,30 @@ kvroute_status kvroute_router_route_tokens_subset(struct kvroute_router *router,
                                                   struct kvroute_decision *decision_out);
 
 /**
+ * `kvroute_router_route_tokens_subset()` with the request's session id, with the session id's
+ * rules as in `kvroute_router_route_session()`.
+ */
+kvroute_status kvroute_router_route_tokens_session(struct kvroute_router *router,
+                                                   const uint8_t *model,
+                                                   size_t model_len,
+                                                   const uint32_t *tokens,
+                                                   size_t tokens_len,
+                                                   uint32_t block_tokens,
+                                                   const uint8_t *lora,
+                                                   size_t lora_len,
+                                                   const uint8_t *cache_salt,
+                                                   size_t cache_salt_len,
+                                                   const uint8_t *strategy,
+                                                   size_t strategy_len,
+                                                   uint32_t max_output_tokens,
+                                                   const char *const *endpoint_subset,
+                                                   size_t endpoint_subset_len,
+                                                   const uint8_t *session_id,
+                                                   size_t session_id_len,
+                                                   uint64_t now_ms,
+                                                   struct kvroute_decision *decision_out);
+
+/**
  * Routes one request on token-block keys the caller already holds: computed with
  * `kvroute_token_block_keys()` (to route a request again, on a retry, without keying it
  * again, or to use the keys elsewhere too), or by the caller's own implementation of the
@@ -1520,6 +1618,42 @@ kvroute_status kvroute_router_route_keys(struct kvroute_router *router,
                                          size_t endpoint_subset_len,
                                          uint64_t now_ms,
                                          struct kvroute_decision *decision_out);
+
+/**
+ * `kvroute_router_route_keys()` with the request's session id, with the session id's rules as
+ * in `kvroute_router_route_session()`.
+ */
+kvroute_status kvroute_router_route_keys_session(struct kvroute_router *router,
+                                                 const uint8_t *model,
+                                                 size_t model_len,
+                                                 const uint64_t *keys,
+                                                 size_t keys_len,
+                                                 uint32_t prompt_tokens,
+                                                 uint32_t block_tokens,
+                                                 const uint8_t *strategy,
+                                                 size_t strategy_len,
+                                                 uint32_t max_output_tokens,
+                                                 const char *const *endpoint_subset,
+                                                 size_t endpoint_subset_len,
+                                                 const uint8_t *session_id,
+                                                 size_t session_id_len,
+                                                 uint64_t now_ms,
+                                                 struct kvroute_decision *decision_out);
+
+/**
+ * Builds a router with a copy of `config` (the caller may free the config right away). On
+ * success `*router_out` is a new router the caller owns and frees with `kvroute_router_free()`.
+ *
+ * Returns `KVROUTE_STATUS_NULL_PARAMETER` if either pointer is NULL.
+ */
+kvroute_status kvroute_router_new(const struct kvroute_config *config,
+                                  struct kvroute_router **router_out);
+
+/**
+ * Frees a router and everything it holds; open tickets are dropped. NULL is a no-op. No other
+ * call on this router may be running or made afterwards.
+ */
+void kvroute_router_free(struct kvroute_router *router);
 
 /**
  * Releases a ticket's in-flight slot: call it exactly once per successful route, when the

@@ -15,6 +15,14 @@
 //	addr, _ := r.PodAddress(d.Pod)                   // forward the request there
 //	defer r.Complete(d.Ticket, kvroute.Success, laterMs)
 //
+// Session affinity (AIBrix's session-affinity strategy, as the request's strategy or the
+// configured default): route with the *Session methods (RouteJSONSession, RouteSession,
+// RouteTokensSession, RouteKeysSession), passing the request's x-session-id header ("" when it
+// has none), and return the decision's SessionID to the client in the response's x-session-id
+// header. The client's next request carries it back and goes to the same pod while that pod
+// is a candidate; once it is not (removed, not ready, ejected), the request goes to another
+// pod, whose session id the response then carries.
+//
 // Building: the package compiles against its own copy of kvroute.h (kvroute.h in this
 // directory, identical to the repository's include/kvroute.h) and links the libkvroute that
 // `make install` installed, found through pkg-config: set PKG_CONFIG_PATH=$PREFIX/lib/pkgconfig
@@ -362,6 +370,10 @@ type Decision struct {
 	ReadyPods     uint32
 	Excluded      uint32 // ready pods left out for their health (ejected, probe out, checks failing)
 	HealthProbe   bool   // the probe of a pod whose ejection is over: its outcome decides
+	// SessionID is the chosen pod's session id for session-affinity, to return to the client
+	// in the response's x-session-id header; set by the *Session methods when the strategy
+	// spec includes session-affinity, "" otherwise (see RouteSession and Router.SessionID).
+	SessionID string
 }
 
 func decisionFrom(d *C.kvroute_decision) Decision {
@@ -395,17 +407,43 @@ func (r *Router) Route(model string, prompt []byte, strategy string, nowMs uint6
 // A nil subset means none (Route); a non-nil empty one, or one where no pod of the model is
 // ready and in service, gives StatusNoPodInSubset.
 func (r *Router) RouteSubset(model string, prompt []byte, strategy string, subset []string, nowMs uint64) (Decision, error) {
+	return r.routeBytes(model, prompt, strategy, subset, "", nowMs)
+}
+
+// RouteSession is RouteSubset with the request's session id, for AIBrix's session-affinity
+// strategy: sessionID is the request's x-session-id header ("" when it has none), and the
+// decision's SessionID is the one to return to the client in the response's x-session-id
+// header, so that its next request, passing it back, goes to the same pod.
+//
+// With a strategy spec (strategy, or the configured default) that includes session-affinity,
+// a session id naming a candidate pod (of the model, ready, in service, in the subset if any)
+// sends the request there (ReasonSessionAffinity; in a weighted spec that pod scores 1 for
+// session-affinity, the others 0). Without one, or with one naming no candidate (its pod was
+// removed, is not ready, ejected or failing its checks, is outside the subset, or the id is
+// not the base64 of an address), session-affinity alone picks a uniformly random candidate
+// (ReasonRandom). Either way the decision's SessionID is the chosen pod's: the standard base64
+// of its address as given to AddPod, AIBrix's encoding (stateless: whichever pod has that
+// address takes the session). A session id that is not base64, or not even UTF-8, is no
+// error. With a spec without session-affinity, sessionID is ignored and SessionID is "".
+func (r *Router) RouteSession(model string, prompt []byte, strategy string, subset []string, sessionID string, nowMs uint64) (Decision, error) {
+	d, err := r.routeBytes(model, prompt, strategy, subset, sessionID, nowMs)
+	return r.withSessionID(d, err, nowMs)
+}
+
+func (r *Router) routeBytes(model string, prompt []byte, strategy string, subset []string, sessionID string, nowMs uint64) (Decision, error) {
 	var d C.kvroute_decision
 	mp, mn := stringArg(model)
 	pp, pn := bytesArg(prompt)
 	sp, sn := stringArg(strategy)
 	ap, an, free := subsetArg(subset)
 	defer free()
-	st := C.kvroute_router_route_subset(r.ptr(), mp, mn, pp, pn, sp, sn, ap, an, C.uint64_t(nowMs), &d)
+	ip, in := stringArg(sessionID)
+	st := C.kvroute_router_route_session(r.ptr(), mp, mn, pp, pn, sp, sn, ap, an, ip, in, C.uint64_t(nowMs), &d)
 	runtime.KeepAlive(r)
 	runtime.KeepAlive(model)
 	runtime.KeepAlive(prompt)
 	runtime.KeepAlive(strategy)
+	runtime.KeepAlive(sessionID)
 	if err := check(st); err != nil {
 		return Decision{}, err
 	}
@@ -421,21 +459,48 @@ func (r *Router) RouteJSON(model string, body []byte, strategy string, nowMs uin
 
 // RouteJSONSubset is RouteJSON restricted to an endpoint subset, as in RouteSubset.
 func (r *Router) RouteJSONSubset(model string, body []byte, strategy string, subset []string, nowMs uint64) (Decision, error) {
+	return r.routeJSON(model, body, strategy, subset, "", nowMs)
+}
+
+// RouteJSONSession is RouteJSONSubset with the request's session id (its x-session-id header,
+// which is not part of the body), as in RouteSession.
+func (r *Router) RouteJSONSession(model string, body []byte, strategy string, subset []string, sessionID string, nowMs uint64) (Decision, error) {
+	d, err := r.routeJSON(model, body, strategy, subset, sessionID, nowMs)
+	return r.withSessionID(d, err, nowMs)
+}
+
+func (r *Router) routeJSON(model string, body []byte, strategy string, subset []string, sessionID string, nowMs uint64) (Decision, error) {
 	var d C.kvroute_decision
 	mp, mn := stringArg(model)
 	bp, bn := bytesArg(body)
 	sp, sn := stringArg(strategy)
 	ap, an, free := subsetArg(subset)
 	defer free()
-	st := C.kvroute_router_route_json_subset(r.ptr(), mp, mn, bp, bn, sp, sn, ap, an, C.uint64_t(nowMs), &d)
+	ip, in := stringArg(sessionID)
+	st := C.kvroute_router_route_json_session(r.ptr(), mp, mn, bp, bn, sp, sn, ap, an, ip, in, C.uint64_t(nowMs), &d)
 	runtime.KeepAlive(r)
 	runtime.KeepAlive(model)
 	runtime.KeepAlive(body)
 	runtime.KeepAlive(strategy)
+	runtime.KeepAlive(sessionID)
 	if err := check(st); err != nil {
 		return Decision{}, err
 	}
 	return decisionFrom(&d), nil
+}
+
+// withSessionID completes a successful route's decision with its session id. If that cannot be
+// read (a bug, or a concurrent Tick expired the ticket already), the ticket is released as
+// Cancelled, which says nothing against the pod, and the error returned.
+func (r *Router) withSessionID(d Decision, err error, nowMs uint64) (Decision, error) {
+	if err != nil {
+		return d, err
+	}
+	if d.SessionID, err = r.SessionID(d.Ticket); err != nil {
+		_ = r.Complete(d.Ticket, Cancelled, nowMs)
+		return Decision{}, err
+	}
+	return d, nil
 }
 
 // subsetArg copies the addresses into one C allocation (an array of pointers followed by the
@@ -484,6 +549,16 @@ func (r *Router) Complete(ticket uint64, outcome Outcome, nowMs uint64) error {
 func (r *Router) Explain(ticket uint64) (string, error) {
 	return r.readString(func(p *C.kvroute_router, buf *C.uint8_t, n C.size_t, out *C.size_t) C.kvroute_status {
 		return C.kvroute_router_explain(p, C.kvroute_ticket(ticket), buf, n, out)
+	})
+}
+
+// SessionID returns the session id of an open ticket's decision: the chosen pod's, for the
+// response's x-session-id header, when the strategy spec the request was routed with (by any
+// method) includes session-affinity, else "". The *Session methods set Decision.SessionID
+// with it. Call it before Complete.
+func (r *Router) SessionID(ticket uint64) (string, error) {
+	return r.readString(func(p *C.kvroute_router, buf *C.uint8_t, n C.size_t, out *C.size_t) C.kvroute_status {
+		return C.kvroute_router_session_id(p, C.kvroute_ticket(ticket), buf, n, out)
 	})
 }
 

@@ -1,6 +1,7 @@
 package kvroute
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -512,5 +513,72 @@ func TestFirstToken(t *testing.T) {
 	prior, learned := ttftAfterFirstToken(t, false), ttftAfterFirstToken(t, true)
 	if learned-prior < 200 {
 		t.Fatalf("predicted ttft %.0f ms after a slow first token, %.0f ms without the report", learned, prior)
+	}
+}
+
+// TestSessionAffinity: a request without a session id gets its pod's back (Go's own base64 of
+// the pod's address: AIBrix's encoding); with it, every *Session method goes to that pod; a
+// spec without session-affinity gives none; once the pod is removed the id falls back to
+// another pod, whose id comes back, and ids that name no pod are no error.
+func TestSessionAffinity(t *testing.T) {
+	r := newTestRouter(t, Config{Seed: 3, Strategy: "session-affinity"}, 3)
+	defer r.Close()
+	idOf := func(pod PodID) string {
+		addr, err := r.PodAddress(pod)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return base64.StdEncoding.EncodeToString([]byte(addr))
+	}
+	first, err := r.RouteSession("study", []byte("hi"), "", nil, "", 1)
+	if err != nil || first.Reason != ReasonRandom || first.SessionID != idOf(first.Pod) {
+		t.Fatalf("first: %+v %v", first, err)
+	}
+	id := first.SessionID
+	body := []byte(`{"model":"study","prompt":"hi"}`)
+	routes := map[string]func(session string) (Decision, error){
+		"RouteSession": func(s string) (Decision, error) {
+			return r.RouteSession("study", []byte("hi"), "", nil, s, 2)
+		},
+		"RouteJSONSession": func(s string) (Decision, error) { return r.RouteJSONSession("", body, "", nil, s, 2) },
+		"RouteTokensSession": func(s string) (Decision, error) {
+			return r.RouteTokensSession("study", Tokens{IDs: []uint32{1, 2, 3}}, "", 0, nil, s, 2)
+		},
+		"RouteKeysSession": func(s string) (Decision, error) {
+			return r.RouteKeysSession("study", []uint64{7}, 20, 16, "", 0, nil, s, 2)
+		},
+	}
+	for name, route := range routes {
+		for i := 0; i < 3; i++ { // the pod's load grows: the tickets stay open
+			d, err := route(id)
+			if err != nil || d.Pod != first.Pod || d.Reason != ReasonSessionAffinity || d.SessionID != id {
+				t.Fatalf("%s: %+v %v, want pod %d", name, d, err, first.Pod)
+			}
+		}
+	}
+	// The other methods leave SessionID empty; Router.SessionID reads the decision's.
+	d, err := r.Route("study", []byte("hi"), "", 3)
+	if err != nil || d.SessionID != "" {
+		t.Fatalf("Route: %+v %v", d, err)
+	}
+	if got, err := r.SessionID(d.Ticket); err != nil || got != idOf(d.Pod) {
+		t.Fatalf("SessionID: %q %v, want %q", got, err, idOf(d.Pod))
+	}
+	// least-request ignores the id (and avoids the loaded pod): no session id.
+	d, err = r.RouteJSONSession("", body, "least-request", nil, id, 4)
+	if err != nil || d.Pod == first.Pod || d.SessionID != "" {
+		t.Fatalf("least-request: %+v %v", d, err)
+	}
+	if err := r.RemovePod(first.Pod); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{id, "not base64!", "\xff\xfe"} {
+		d, err := r.RouteSession("study", []byte("hi"), "", nil, s, 5)
+		if err != nil || d.Pod == first.Pod || d.Reason != ReasonRandom || d.SessionID != idOf(d.Pod) {
+			t.Fatalf("session %q after removal: %+v %v", s, d, err)
+		}
+	}
+	if _, err := r.SessionID(1 << 40); !errors.Is(err, StatusUnknownTicket) {
+		t.Fatalf("SessionID of an unknown ticket: %v", err)
 	}
 }

@@ -66,6 +66,16 @@ func (r *Router) RouteTokens(model string, prompt Tokens, strategy string, maxOu
 
 // RouteTokensSubset is RouteTokens restricted to an endpoint subset, as in RouteSubset.
 func (r *Router) RouteTokensSubset(model string, prompt Tokens, strategy string, maxOutputTokens uint32, subset []string, nowMs uint64) (Decision, error) {
+	return r.routeTokens(model, prompt, strategy, maxOutputTokens, subset, "", nowMs)
+}
+
+// RouteTokensSession is RouteTokensSubset with the request's session id, as in RouteSession.
+func (r *Router) RouteTokensSession(model string, prompt Tokens, strategy string, maxOutputTokens uint32, subset []string, sessionID string, nowMs uint64) (Decision, error) {
+	d, err := r.routeTokens(model, prompt, strategy, maxOutputTokens, subset, sessionID, nowMs)
+	return r.withSessionID(d, err, nowMs)
+}
+
+func (r *Router) routeTokens(model string, prompt Tokens, strategy string, maxOutputTokens uint32, subset []string, sessionID string, nowMs uint64) (Decision, error) {
 	var d C.kvroute_decision
 	mp, mn := stringArg(model)
 	tp, tn := idsArg(prompt.IDs)
@@ -74,12 +84,14 @@ func (r *Router) RouteTokensSubset(model string, prompt Tokens, strategy string,
 	sp, sn := stringArg(strategy)
 	ap, an, free := subsetArg(subset)
 	defer free()
-	st := C.kvroute_router_route_tokens_subset(r.ptr(), mp, mn, tp, tn, prompt.blockTokens(), lp, ln, cp, cn, sp, sn,
-		C.uint32_t(maxOutputTokens), ap, an, C.uint64_t(nowMs), &d)
+	ip, in := stringArg(sessionID)
+	st := C.kvroute_router_route_tokens_session(r.ptr(), mp, mn, tp, tn, prompt.blockTokens(), lp, ln, cp, cn, sp, sn,
+		C.uint32_t(maxOutputTokens), ap, an, ip, in, C.uint64_t(nowMs), &d)
 	runtime.KeepAlive(r)
 	runtime.KeepAlive(model)
 	runtime.KeepAlive(prompt)
 	runtime.KeepAlive(strategy)
+	runtime.KeepAlive(sessionID)
 	if err := check(st); err != nil {
 		return Decision{}, err
 	}
@@ -93,6 +105,16 @@ func (r *Router) RouteTokensSubset(model string, prompt Tokens, strategy string,
 // keys than promptTokens holds blocks, or an invalid blockTokens, is StatusInvalidParameter.
 // subset is as in RouteSubset (nil: none); the rest as in RouteTokens.
 func (r *Router) RouteKeys(model string, keys []uint64, promptTokens, blockTokens uint32, strategy string, maxOutputTokens uint32, subset []string, nowMs uint64) (Decision, error) {
+	return r.routeKeys(model, keys, promptTokens, blockTokens, strategy, maxOutputTokens, subset, "", nowMs)
+}
+
+// RouteKeysSession is RouteKeys with the request's session id, as in RouteSession.
+func (r *Router) RouteKeysSession(model string, keys []uint64, promptTokens, blockTokens uint32, strategy string, maxOutputTokens uint32, subset []string, sessionID string, nowMs uint64) (Decision, error) {
+	d, err := r.routeKeys(model, keys, promptTokens, blockTokens, strategy, maxOutputTokens, subset, sessionID, nowMs)
+	return r.withSessionID(d, err, nowMs)
+}
+
+func (r *Router) routeKeys(model string, keys []uint64, promptTokens, blockTokens uint32, strategy string, maxOutputTokens uint32, subset []string, sessionID string, nowMs uint64) (Decision, error) {
 	if blockTokens == 0 {
 		blockTokens = DefaultBlockTokens
 	}
@@ -105,12 +127,14 @@ func (r *Router) RouteKeys(model string, keys []uint64, promptTokens, blockToken
 	sp, sn := stringArg(strategy)
 	ap, an, free := subsetArg(subset)
 	defer free()
-	st := C.kvroute_router_route_keys(r.ptr(), mp, mn, kp, C.size_t(len(keys)), C.uint32_t(promptTokens),
-		C.uint32_t(blockTokens), sp, sn, C.uint32_t(maxOutputTokens), ap, an, C.uint64_t(nowMs), &d)
+	ip, in := stringArg(sessionID)
+	st := C.kvroute_router_route_keys_session(r.ptr(), mp, mn, kp, C.size_t(len(keys)), C.uint32_t(promptTokens),
+		C.uint32_t(blockTokens), sp, sn, C.uint32_t(maxOutputTokens), ap, an, ip, in, C.uint64_t(nowMs), &d)
 	runtime.KeepAlive(r)
 	runtime.KeepAlive(model)
 	runtime.KeepAlive(keys)
 	runtime.KeepAlive(strategy)
+	runtime.KeepAlive(sessionID)
 	if err := check(st); err != nil {
 		return Decision{}, err
 	}

@@ -1,4 +1,4 @@
-//! `kvroute_decision`, its one-line explanation, and `kvroute_stats`.
+//! `kvroute_decision`, its one-line explanation and session id, and `kvroute_stats`.
 
 use kvroute_core::{Decision, Outcome, RouterStats, Ticket};
 
@@ -7,11 +7,13 @@ use crate::router::{kvroute_pod_id, kvroute_router, kvroute_ticket};
 use crate::status::{kvroute_reason, kvroute_status};
 
 /// One routing decision, written by `kvroute_router_route()` / `kvroute_router_route_json()`
-/// (and their `_subset` variants).
+/// (and their `_subset` and `_session` variants, and the token calls).
 ///
 /// The request holds an in-flight slot on `pod` until `ticket` is passed to
 /// `kvroute_router_complete()`. Fields are never moved or removed; new ones are appended at the
-/// end (`excluded` and `health_probe` came with pod health).
+/// end (`excluded` and `health_probe` came with pod health). The session id of
+/// `session-affinity` is no field (its length follows the pod's address):
+/// `kvroute_router_session_id()` reads it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct kvroute_decision {
@@ -90,18 +92,61 @@ pub extern "C" fn kvroute_router_explain(
     len: usize,
     out_n: *mut usize,
 ) -> kvroute_status {
+    ffi_panic_boundary! { decision_text(router, ticket, buf, len, out_n, Decision::to_string) }
+}
+
+/// Writes the session id of the decision that issued `ticket` to `(buf, len)`, NUL-terminated:
+/// for AIBrix's `session-affinity`, the value to return to the client in the response's
+/// `x-session-id` header. The client's next request passes it back (to
+/// `kvroute_router_route_session()` or another `_session` call) and goes to the same pod while
+/// that pod is a candidate. The id is the standard base64 (padded, ASCII) of the chosen pod's
+/// `ip:port` as given to `kvroute_router_add_pod()`, AIBrix's encoding: 4 bytes for every 3 of
+/// the address, so 96 bytes hold the id of any address written without leading zeros.
+///
+/// A decision carries a session id when the strategy spec it was routed with (the request's,
+/// or the configured default) includes `session-affinity`, whichever route call made it and
+/// whether or not the request had a session id. Otherwise its session id is empty: `*out_n` is
+/// 0 and `buf` holds only the NUL (a session id is never empty).
+///
+/// The rest is as in `kvroute_router_explain()`: the id is kept while the ticket is open (call
+/// it before `kvroute_router_complete()`; `KVROUTE_STATUS_UNKNOWN_TICKET` for a ticket that is
+/// not open); `KVROUTE_STATUS_INSUFFICIENT_SIZE` with `*out_n` set to the length + 1 and `buf`
+/// untouched when `len` is too small; `(NULL, 0)` is a valid size query.
+#[no_mangle]
+pub extern "C" fn kvroute_router_session_id(
+    router: *const kvroute_router,
+    ticket: kvroute_ticket,
+    buf: *mut u8,
+    len: usize,
+    out_n: *mut usize,
+) -> kvroute_status {
     ffi_panic_boundary! {
-        let r = try_ref!(router);
-        let buf = try_out_slice!(buf, len);
-        let out_n = try_out!(out_n);
-        let locked = try_status!(r.lock());
-        let text = match locked.decisions.get(&ticket) {
-            Some(d) if locked.router.is_open(Ticket::from_u64(ticket)) => d.to_string(),
-            _ => return kvroute_status::UnknownTicket,
-        };
-        drop(locked);
-        bytes::write_str(&text, buf, out_n)
+        decision_text(router, ticket, buf, len, out_n, |d| {
+            d.session_id.clone().unwrap_or_default()
+        })
     }
+}
+
+/// Writes what `text` makes of the decision that issued `ticket` to `(buf, len)`, with the
+/// out-buffer rules of `kvroute_router_explain()`; `UNKNOWN_TICKET` when the ticket is not open.
+fn decision_text(
+    router: *const kvroute_router,
+    ticket: kvroute_ticket,
+    buf: *mut u8,
+    len: usize,
+    out_n: *mut usize,
+    text: fn(&Decision) -> String,
+) -> kvroute_status {
+    let r = try_ref!(router);
+    let buf = try_out_slice!(buf, len);
+    let out_n = try_out!(out_n);
+    let locked = try_status!(r.lock());
+    let text = match locked.decisions.get(&ticket) {
+        Some(d) if locked.router.is_open(Ticket::from_u64(ticket)) => text(d),
+        _ => return kvroute_status::UnknownTicket,
+    };
+    drop(locked);
+    bytes::write_str(&text, buf, out_n)
 }
 
 /// Counters of the whole router (all models), read by `kvroute_router_stats()`. Fields are

@@ -7,8 +7,10 @@
 //!
 //! Layout (rustls-ffi's): `handle.rs` holds every raw-pointer cast; `panic.rs` the panic
 //! boundary that wraps every export; `status.rs` the stable status numbers; one module per C
-//! object (`config.rs`, `router.rs`, `pods.rs`, `decision.rs`), plus `hashing.rs`, `version.rs`
-//! and `prompt.rs` (maps the core's shared extractor, `kvroute_core::body`, to C statuses).
+//! object (`config.rs`, `router.rs`, `pods.rs`, `decision.rs`), with the router's route calls
+//! in `route.rs` and what it learns from (completion outcomes and timings, engine metrics, health
+//! checks) in `feedback.rs`, plus `hashing.rs`, `version.rs` and
+//! `prompt.rs` (maps the core's shared extractor, `kvroute_core::body`, to C statuses).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -31,6 +33,7 @@ mod feedback;
 mod hashing;
 mod pods;
 pub mod prompt;
+mod route;
 mod router;
 mod status;
 #[doc(hidden)]
@@ -44,6 +47,7 @@ pub use decision::*;
 pub use feedback::*;
 pub use hashing::*;
 pub use pods::*;
+pub use route::*;
 pub use router::*;
 pub use status::*;
 pub use version::{kvroute_version, kvroute_version_number};

@@ -31,6 +31,16 @@
     }                                                                                            \
   } while (0)
 
+/* Builds the configuration (consuming `b`) and a router from it. */
+static inline kvroute_router *build_router(kvroute_config_builder *b) {
+  const kvroute_config *config = NULL;
+  CHECK_STATUS(kvroute_config_builder_build(b, &config), KVROUTE_STATUS_OK);
+  kvroute_router *r = NULL;
+  CHECK_STATUS(kvroute_router_new(config, &r), KVROUTE_STATUS_OK);
+  kvroute_config_free(config); /* the router keeps its own reference */
+  return r;
+}
+
 /* 256 hex digits derived from the family number (the same generator as
  * ffi/examples/scenario.rs). `out` holds at least 257 bytes. */
 static inline void study_salt(uint64_t family, char *out) {

@@ -1,6 +1,7 @@
 /* The C API's contract, from C: lifecycle, every status path, outputs only on success, the
  * version macros against the linked library, pod health (outcomes, ejection and probing,
- * active checks), endpoint subsets, prompt extraction and the golden hash vectors (token ids: test_tokens.c).
+ * active checks), endpoint subsets, session affinity, prompt extraction and the golden hash
+ * vectors (token ids: test_tokens.c).
  *
  * Usage: test_api VECTORS_JSON   (tests/vectors/prefix_hash_v1.json) */
 #include <inttypes.h>
@@ -32,12 +33,7 @@ static kvroute_router *new_router(uint64_t seed, const char *strategy) {
   CHECK(b != NULL);
   CHECK_STATUS(kvroute_config_builder_set_seed(b, seed), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_config_builder_set_strategy(b, S(strategy)), KVROUTE_STATUS_OK);
-  const kvroute_config *config = NULL;
-  CHECK_STATUS(kvroute_config_builder_build(b, &config), KVROUTE_STATUS_OK);
-  kvroute_router *r = NULL;
-  CHECK_STATUS(kvroute_router_new(config, &r), KVROUTE_STATUS_OK);
-  kvroute_config_free(config); /* the router keeps its own reference */
-  return r;
+  return build_router(b);
 }
 
 static void test_version(void) {
@@ -361,12 +357,7 @@ static kvroute_router *new_health_router(uint64_t seed, const char *strategy, ui
   CHECK_STATUS(kvroute_config_builder_set_seed(b, seed), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_config_builder_set_strategy(b, S(strategy)), KVROUTE_STATUS_OK);
   CHECK_STATUS(kvroute_config_builder_set_base_ejection_ms(b, base_ejection_ms), KVROUTE_STATUS_OK);
-  const kvroute_config *config = NULL;
-  CHECK_STATUS(kvroute_config_builder_build(b, &config), KVROUTE_STATUS_OK);
-  kvroute_router *r = NULL;
-  CHECK_STATUS(kvroute_router_new(config, &r), KVROUTE_STATUS_OK);
-  kvroute_config_free(config);
-  return r;
+  return build_router(b);
 }
 
 static kvroute_pod_id add_pod(kvroute_router *r, const char *model, const char *name, const char *addr) {
@@ -651,6 +642,90 @@ static void test_endpoint_subset(void) {
   kvroute_router_free(r);
 }
 
+/* ---- session affinity ---- */
+
+/* The session id of an open ticket's decision into out[96] ("" when it carries none). */
+static void session_of(kvroute_router *r, kvroute_ticket t, char *out) {
+  size_t n = 0;
+  CHECK_STATUS(kvroute_router_session_id(r, t, (uint8_t *)out, 96, &n), KVROUTE_STATUS_OK);
+  CHECK(strlen(out) == n);
+}
+
+/* A request without a session id gets its pod's back (base64 of its ip:port, AIBrix's
+ * encoding); requests with it go to that pod; once the pod is gone, the id falls back to a
+ * random candidate; bad ids are no error, a NULL one with a length is NULL_PARAMETER. */
+static void test_session_affinity(void) {
+  kvroute_router *r = new_router(21, "session-affinity");
+  const char *addrs[3] = {"10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"};
+  const char *ids[3] = {"MTAuMC4wLjE6ODAwMA==", "MTAuMC4wLjI6ODAwMA==", "MTAuMC4wLjM6ODAwMA=="};
+  kvroute_pod_id pods[3];
+  for (int i = 0; i < 3; i++) {
+    pods[i] = add_pod(r, "llama", addrs[i], addrs[i]);
+  }
+#define POD_INDEX(pod) ((pod) == pods[0] ? 0 : (pod) == pods[1] ? 1 : 2)
+  const char *body = "{\"model\":\"llama\",\"prompt\":\"hello\"}";
+  kvroute_decision d;
+  char id[96], got[96];
+  CHECK_STATUS(kvroute_router_route_session(r, S("llama"), S("hi"), NULL, 0, NULL, 0, NULL, 0, 1, &d), KVROUTE_STATUS_OK);
+  CHECK(d.reason == KVROUTE_REASON_RANDOM);
+  session_of(r, d.ticket, id);
+  CHECK(strcmp(id, ids[POD_INDEX(d.pod)]) == 0);
+  const kvroute_pod_id sticky = d.pod;
+  /* With the id: its pod every time, though its load grows (the tickets stay open). */
+  for (int i = 0; i < 6; i++) {
+    if (i % 2) {
+      CHECK_STATUS(kvroute_router_route_session(r, S("llama"), S("hi"), NULL, 0, NULL, 0, S(id), 2, &d), KVROUTE_STATUS_OK);
+    } else {
+      CHECK_STATUS(kvroute_router_route_json_session(r, NULL, 0, S(body), NULL, 0, NULL, 0, S(id), 2, &d),
+                   KVROUTE_STATUS_OK);
+    }
+    CHECK(d.pod == sticky && d.reason == KVROUTE_REASON_SESSION_AFFINITY);
+    session_of(r, d.ticket, got);
+    CHECK(strcmp(got, id) == 0);
+  }
+  /* The pod removed: a random one of the others, whose id comes back. */
+  CHECK_STATUS(kvroute_router_remove_pod(r, sticky), KVROUTE_STATUS_OK);
+  for (int i = 0; i < 4; i++) {
+    CHECK_STATUS(kvroute_router_route_json_session(r, NULL, 0, S(body), NULL, 0, NULL, 0, S(id), 3, &d),
+                 KVROUTE_STATUS_OK);
+    CHECK(d.pod != sticky && d.reason == KVROUTE_REASON_RANDOM);
+    session_of(r, d.ticket, got);
+    CHECK(strcmp(got, ids[POD_INDEX(d.pod)]) == 0);
+  }
+#undef POD_INDEX
+  /* Not UTF-8, not base64: no error. A spec without session-affinity: no id out. */
+  CHECK_STATUS(kvroute_router_route_session(r, S("llama"), S("hi"), NULL, 0, NULL, 0, S("\xff?"), 4, &d), KVROUTE_STATUS_OK);
+  CHECK(d.reason == KVROUTE_REASON_RANDOM);
+  CHECK_STATUS(kvroute_router_route_session(r, S("llama"), S("hi"), S("least-request"), NULL, 0, S(id), 5, &d),
+               KVROUTE_STATUS_OK);
+  session_of(r, d.ticket, got);
+  CHECK(got[0] == 0);
+
+  kvroute_decision untouched;
+  memset(&untouched, 0x5A, sizeof untouched);
+  d = untouched;
+  CHECK_STATUS(kvroute_router_route_session(r, S("llama"), S("hi"), NULL, 0, NULL, 0, NULL, 4, 6, &d),
+               KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_route_json_session(r, NULL, 0, S(body), NULL, 0, NULL, 0, NULL, 4, 6, &d),
+               KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK(memcmp(&d, &untouched, sizeof d) == 0);
+  /* The getter: a size query, too small a buffer (untouched), NULL pointers, a closed ticket. */
+  CHECK_STATUS(kvroute_router_route_session(r, S("llama"), S("hi"), NULL, 0, NULL, 0, NULL, 0, 7, &d), KVROUTE_STATUS_OK);
+  size_t n = 0;
+  char small[8] = "xxxxxxx";
+  CHECK_STATUS(kvroute_router_session_id(r, d.ticket, NULL, 0, &n), KVROUTE_STATUS_INSUFFICIENT_SIZE);
+  CHECK(n == strlen(ids[0]) + 1);
+  CHECK_STATUS(kvroute_router_session_id(r, d.ticket, (uint8_t *)small, sizeof small, &n),
+               KVROUTE_STATUS_INSUFFICIENT_SIZE);
+  CHECK(strcmp(small, "xxxxxxx") == 0);
+  CHECK_STATUS(kvroute_router_session_id(r, d.ticket, NULL, 8, &n), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_session_id(r, d.ticket, (uint8_t *)got, sizeof got, NULL), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_session_id(NULL, d.ticket, (uint8_t *)got, sizeof got, &n), KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_complete(r, d.ticket, KVROUTE_OUTCOME_SUCCESS, 8), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_session_id(r, d.ticket, (uint8_t *)got, sizeof got, &n), KVROUTE_STATUS_UNKNOWN_TICKET);
+  kvroute_router_free(r);
+}
+
 static void test_extract_prompt(void) {
   const char *body =
       "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"Be \\\"brief\\\".\\n\"},"
@@ -778,6 +853,7 @@ int main(int argc, char **argv) {
   test_ejection_and_probe();
   test_health_checks();
   test_endpoint_subset();
+  test_session_affinity();
   test_extract_prompt();
   test_golden_vectors(argv[1]);
   printf("test_api: all checks passed (kvroute %s)\n", kvroute_version());

@@ -1,6 +1,6 @@
 /* The C API's token-id calls, from C: kvroute_token_block_keys (against golden values from an
  * independent implementation, tests/c/token_keys_golden.py), kvroute_router_route_tokens(_subset)
- * and kvroute_router_route_keys: routing and every status path.
+ * and kvroute_router_route_keys: routing and every status path; their _session variants.
  *
  * Usage: test_tokens */
 #include <inttypes.h>
@@ -13,6 +13,15 @@ static kvroute_pod_id add_pod(kvroute_router *r, const char *model, const char *
   kvroute_pod_id id = 0;
   CHECK_STATUS(kvroute_router_add_pod(r, S(model), S(name), S(addr), true, &id), KVROUTE_STATUS_OK);
   return id;
+}
+
+/* A router with this seed and strategy, its hash seed fixed at 1234 (to key outside). */
+static kvroute_router *new_router(uint64_t seed, const char *strategy) {
+  kvroute_config_builder *cb = kvroute_config_builder_new();
+  CHECK_STATUS(kvroute_config_builder_set_seed(cb, seed), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_hash_seed(cb, 1234), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_strategy(cb, S(strategy)), KVROUTE_STATUS_OK);
+  return build_router(cb);
 }
 
 /* ---- token ids: kvroute_token_block_keys, kvroute_router_route_tokens(_subset), _route_keys ---- */
@@ -106,15 +115,7 @@ static unsigned long explained_prompt_tokens(kvroute_router *r, kvroute_ticket t
  * The same prompt keyed by the caller and routed with _route_keys matches too; another LoRA
  * adapter or cache salt matches nothing. Then every status path. */
 static void test_route_tokens(void) {
-  kvroute_config_builder *cb = kvroute_config_builder_new();
-  CHECK_STATUS(kvroute_config_builder_set_seed(cb, 21), KVROUTE_STATUS_OK);
-  CHECK_STATUS(kvroute_config_builder_set_hash_seed(cb, 1234), KVROUTE_STATUS_OK); /* to key outside */
-  CHECK_STATUS(kvroute_config_builder_set_strategy(cb, S("least-ttft")), KVROUTE_STATUS_OK);
-  const kvroute_config *config = NULL;
-  CHECK_STATUS(kvroute_config_builder_build(cb, &config), KVROUTE_STATUS_OK);
-  kvroute_router *r = NULL;
-  CHECK_STATUS(kvroute_router_new(config, &r), KVROUTE_STATUS_OK);
-  kvroute_config_free(config);
+  kvroute_router *r = new_router(21, "least-ttft");
   kvroute_pod_id a = add_pod(r, "llama", "vllm-a", "10.0.0.1:8000");
   kvroute_pod_id b = add_pod(r, "llama", "vllm-b", "10.0.0.2:8000");
 
@@ -229,9 +230,43 @@ static void test_route_tokens(void) {
   kvroute_router_free(r);
 }
 
+/* The _session variants of the token calls: a request without a session id gets its pod's
+ * back, and requests with it, keyed or not, go to that pod; (NULL, n > 0) is NULL_PARAMETER. */
+static void test_route_tokens_session(void) {
+  kvroute_router *r = new_router(5, "session-affinity");
+  const kvroute_pod_id a = add_pod(r, "llama", "vllm-a", "10.0.0.1:8000");
+  add_pod(r, "llama", "vllm-b", "10.0.0.2:8000");
+  const uint32_t ids[20] = {1, 2, 3};
+  const uint64_t key = 7;
+  kvroute_decision first, d;
+  CHECK_STATUS(kvroute_router_route_tokens_session(r, S("llama"), ids, 20, 16, NULL, 0, NULL, 0, NULL, 0, 0, NULL, 0,
+                                                   NULL, 0, 1, &first),
+               KVROUTE_STATUS_OK);
+  char id[96];
+  size_t n = 0;
+  CHECK_STATUS(kvroute_router_session_id(r, first.ticket, (uint8_t *)id, sizeof id, &n), KVROUTE_STATUS_OK);
+  CHECK(strcmp(id, first.pod == a ? "MTAuMC4wLjE6ODAwMA==" : "MTAuMC4wLjI6ODAwMA==") == 0);
+  for (int i = 0; i < 4; i++) {
+    CHECK_STATUS(kvroute_router_route_tokens_session(r, S("llama"), ids, 20, 16, NULL, 0, NULL, 0, NULL, 0, 0, NULL, 0,
+                                                     S(id), 2, &d),
+                 KVROUTE_STATUS_OK);
+    CHECK(d.pod == first.pod && d.reason == KVROUTE_REASON_SESSION_AFFINITY);
+    CHECK_STATUS(kvroute_router_route_keys_session(r, S("llama"), &key, 1, 20, 16, NULL, 0, 0, NULL, 0, S(id), 2, &d),
+                 KVROUTE_STATUS_OK);
+    CHECK(d.pod == first.pod && d.reason == KVROUTE_REASON_SESSION_AFFINITY);
+  }
+  CHECK_STATUS(kvroute_router_route_tokens_session(r, S("llama"), ids, 20, 16, NULL, 0, NULL, 0, NULL, 0, 0, NULL, 0,
+                                                   NULL, 4, 3, &d),
+               KVROUTE_STATUS_NULL_PARAMETER);
+  CHECK_STATUS(kvroute_router_route_keys_session(r, S("llama"), &key, 1, 20, 16, NULL, 0, 0, NULL, 0, NULL, 4, 3, &d),
+               KVROUTE_STATUS_NULL_PARAMETER);
+  kvroute_router_free(r);
+}
+
 int main(void) {
   test_token_block_keys();
   test_route_tokens();
+  test_route_tokens_session();
   printf("test_tokens: all checks passed (kvroute %s)\n", kvroute_version());
   return 0;
 }

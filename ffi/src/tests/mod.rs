@@ -720,4 +720,5 @@ fn health_settings_reach_the_router_and_completions_report_events() {
     kvroute_router_free(r);
 }
 
+mod session;
 mod tokens;
