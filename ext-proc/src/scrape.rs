@@ -75,6 +75,14 @@ struct Sums {
     tpot_count: Option<f64>,
     itl_sum: Option<f64>,
     itl_count: Option<f64>,
+    queue_sum: Option<f64>,
+    queue_count: Option<f64>,
+    decode_sum: Option<f64>,
+    decode_count: Option<f64>,
+    prompt_sum: Option<f64>,
+    prompt_count: Option<f64>,
+    generation_sum: Option<f64>,
+    generation_count: Option<f64>,
 }
 
 fn add(slot: &mut Option<f64>, v: f64) {
@@ -118,17 +126,20 @@ fn sample(line: &str) -> Option<(&str, f64)> {
 }
 
 /// Parses vLLM's Prometheus text into a snapshot: `vllm:num_requests_running`,
-/// `vllm:num_requests_waiting`, `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits`, and
-/// the timing histograms `vllm:request_prefill_time_seconds` and
-/// `vllm:inter_token_latency_seconds` (or the older `vllm:time_per_output_token_seconds`),
-/// read as their `_sum` and `_count` series, from which the core learns the pod's prefill rate
-/// and TPOT. Each is a count or a cumulative total, summed over its label sets (several models
-/// or engines behind one address); counters are accepted with or without the `_total` suffix
-/// (`_created` series are ignored). The KV-cache usage ratio (`vllm:kv_cache_usage_perc`, or
-/// `vllm:gpu_cache_usage_perc` from older vLLM) is the largest over label sets (a ratio does
-/// not add up; the fullest engine is the one a request may wait on), clamped to [0, 1].
-/// Missing metrics stay `None` (running and waiting: 0), but a text with neither running nor
-/// waiting is not an engine's: [`ScrapeError::NoEngineMetrics`]. Negative values count as 0.
+/// `vllm:num_requests_waiting`, `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits`, and the
+/// timing histograms `vllm:request_prefill_time_seconds` and `vllm:inter_token_latency_seconds`
+/// (or the older `vllm:time_per_output_token_seconds`), read as their `_sum` and `_count` series,
+/// from which the core learns the pod's prefill rate and TPOT; and the per-request histograms
+/// `vllm:request_queue_time_seconds`, `vllm:request_decode_time_seconds`,
+/// `vllm:request_prompt_tokens` and `vllm:request_generation_tokens` (`_sum` and `_count`; token
+/// sums rounded to whole tokens), which `least-latency` and `throughput` read. Each is a count or
+/// a cumulative total, summed over its label sets (several models or engines behind one address);
+/// counters are accepted with or without the `_total` suffix (`_created` series are ignored). The
+/// KV-cache usage ratio (`vllm:kv_cache_usage_perc`, or `vllm:gpu_cache_usage_perc` from older
+/// vLLM) is the largest over label sets (a ratio does not add up; the fullest engine is the one a
+/// request may wait on), clamped to [0, 1]. Missing metrics stay `None` (running and waiting: 0),
+/// but a text with neither running nor waiting is not an engine's:
+/// [`ScrapeError::NoEngineMetrics`]. Negative values count as 0.
 pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
     let mut s = Sums::default();
     for (name, v) in text.lines().filter_map(sample) {
@@ -148,6 +159,14 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
             "time_per_output_token_seconds_count" => add(&mut s.tpot_count, v),
             "inter_token_latency_seconds_sum" => add(&mut s.itl_sum, v),
             "inter_token_latency_seconds_count" => add(&mut s.itl_count, v),
+            "request_queue_time_seconds_sum" => add(&mut s.queue_sum, v),
+            "request_queue_time_seconds_count" => add(&mut s.queue_count, v),
+            "request_decode_time_seconds_sum" => add(&mut s.decode_sum, v),
+            "request_decode_time_seconds_count" => add(&mut s.decode_count, v),
+            "request_prompt_tokens_sum" => add(&mut s.prompt_sum, v),
+            "request_prompt_tokens_count" => add(&mut s.prompt_count, v),
+            "request_generation_tokens_sum" => add(&mut s.generation_sum, v),
+            "request_generation_tokens_count" => add(&mut s.generation_count, v),
             _ => {}
         }
     }
@@ -173,6 +192,14 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
         prefills: total(s.prefill_count),
         inter_token_seconds: seconds(gap_sum),
         inter_tokens: total(gaps),
+        queue_seconds: seconds(s.queue_sum),
+        queue_requests: total(s.queue_count),
+        decode_seconds: seconds(s.decode_sum),
+        decode_requests: total(s.decode_count),
+        request_prompt_tokens: total(s.prompt_sum),
+        prompt_requests: total(s.prompt_count),
+        request_generation_tokens: total(s.generation_sum),
+        generation_requests: total(s.generation_count),
     })
 }
 
@@ -361,6 +388,46 @@ vllm:time_per_output_token_seconds_sum{model_name="m"} 31.0
 vllm:time_per_output_token_seconds_count{model_name="m"} 1001
 vllm:inter_token_latency_seconds_sum{model_name="m"} 30.0
 vllm:inter_token_latency_seconds_count{model_name="m"} 1000
+# HELP vllm:request_queue_time_seconds Histogram of time spent in WAITING phase for request.
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{engine="0",le="0.3",model_name="m"} 5.0
+vllm:request_queue_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 6.0
+vllm:request_queue_time_seconds_count{engine="0",model_name="m"} 6.0
+vllm:request_queue_time_seconds_sum{engine="0",model_name="m"} 1.25
+vllm:request_queue_time_seconds_bucket{engine="1",le="0.3",model_name="m"} 3.0
+vllm:request_queue_time_seconds_bucket{engine="1",le="+Inf",model_name="m"} 3.0
+vllm:request_queue_time_seconds_count{engine="1",model_name="m"} 3.0
+vllm:request_queue_time_seconds_sum{engine="1",model_name="m"} 0.25
+# HELP vllm:request_queue_time_seconds_created Histogram of time spent in WAITING phase for request.
+# TYPE vllm:request_queue_time_seconds_created gauge
+vllm:request_queue_time_seconds_created{engine="0",model_name="m"} 1.7e9
+# HELP vllm:request_decode_time_seconds Histogram of time spent in DECODE phase for request.
+# TYPE vllm:request_decode_time_seconds histogram
+vllm:request_decode_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 6.0
+vllm:request_decode_time_seconds_count{engine="0",model_name="m"} 6.0
+vllm:request_decode_time_seconds_sum{engine="0",model_name="m"} 20.5
+vllm:request_decode_time_seconds_count{engine="1",model_name="m"} 3.0
+vllm:request_decode_time_seconds_sum{engine="1",model_name="m"} 9.5
+# HELP vllm:request_prompt_tokens Number of prefill tokens processed.
+# TYPE vllm:request_prompt_tokens histogram
+vllm:request_prompt_tokens_bucket{engine="0",le="1.0",model_name="m"} 0.0
+vllm:request_prompt_tokens_bucket{engine="0",le="2000.0",model_name="m"} 6.0
+vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="m"} 6.0
+vllm:request_prompt_tokens_count{engine="0",model_name="m"} 6.0
+vllm:request_prompt_tokens_sum{engine="0",model_name="m"} 1000.0
+vllm:request_prompt_tokens_count{engine="1",model_name="m"} 3.0
+vllm:request_prompt_tokens_sum{engine="1",model_name="m"} 500.0
+# HELP vllm:request_generation_tokens Number of generation tokens processed.
+# TYPE vllm:request_generation_tokens histogram
+vllm:request_generation_tokens_bucket{engine="0",le="+Inf",model_name="m"} 6.0
+vllm:request_generation_tokens_count{engine="0",model_name="m"} 6.0
+vllm:request_generation_tokens_sum{engine="0",model_name="m"} 600.0
+vllm:request_generation_tokens_count{engine="1",model_name="m"} 3.0
+vllm:request_generation_tokens_sum{engine="1",model_name="m"} 409.0
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="m"} 900.0
+vllm:generation_tokens_total{engine="0",model_name="m"} 1009.0
 python_gc_objects_collected_total{generation="0"} 77
 "#;
 
@@ -379,6 +446,14 @@ python_gc_objects_collected_total{generation="0"} 77
                 prefills: Some(9),
                 inter_token_seconds: Some(30.0),
                 inter_tokens: Some(1000),
+                queue_seconds: Some(1.5),
+                queue_requests: Some(9),
+                decode_seconds: Some(30.0),
+                decode_requests: Some(9),
+                request_prompt_tokens: Some(1500),
+                prompt_requests: Some(9),
+                request_generation_tokens: Some(1009),
+                generation_requests: Some(9),
             }
         );
     }
@@ -388,6 +463,33 @@ python_gc_objects_collected_total{generation="0"} 77
         let s = parse("vllm:num_requests_waiting 2\nvllm:gpu_cache_usage_perc 7\n").unwrap();
         assert_eq!((s.running, s.waiting, s.kv_usage), (0, 2, Some(1.0)));
         assert_eq!((s.prefix_queries, s.prefix_hits), (None, None));
+        assert_eq!(
+            s,
+            EngineSnapshot {
+                waiting: 2,
+                kv_usage: Some(1.0),
+                ..EngineSnapshot::default()
+            },
+            "every series missing is None"
+        );
+        // A histogram's halves are read on their own; negative values count as 0.
+        let s = parse(
+            "vllm:num_requests_running 1\nvllm:request_queue_time_seconds_sum -2\nvllm:request_decode_time_seconds_count 4\nvllm:request_prompt_tokens_sum 7.6\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                s.queue_seconds,
+                s.queue_requests,
+                s.decode_seconds,
+                s.decode_requests
+            ),
+            (Some(0.0), None, None, Some(4))
+        );
+        assert_eq!(
+            (s.request_prompt_tokens, s.prompt_requests),
+            (Some(8), None)
+        );
         let s = parse("vllm:num_requests_running -3\nvllm:num_requests_waiting NaN\nvllm:num_requests_waiting{a=\"x\"} 1e12\ngarbage line\n{}\nvllm:num_requests_running{unclosed=\"} 4\n").unwrap();
         assert_eq!((s.running, s.waiting), (0, u32::MAX));
         for text in ["", "# only comments\n", "up 1\n", "\u{0}\u{1}"] {

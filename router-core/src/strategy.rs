@@ -44,8 +44,8 @@ pub enum Strategy {
     /// AIBrix's `least-latency`: the least expected latency, queue time + mean prefill time ×
     /// (cluster-average prompt tokens / the pod's) + mean decode time × (cluster-average
     /// generation tokens / the pod's), from the engine's cumulative counters (see
-    /// [`crate::EngineSnapshot`]; the queue term is 0, as AIBrix reads it). Ties uniformly at
-    /// random.
+    /// [`crate::EngineSnapshot`]; the queue term is the engine's mean queue time, which AIBrix
+    /// reads as 0). Ties uniformly at random.
     LeastLatency,
     /// AIBrix's `throughput`: the least 2 × average prompt tokens + average generation tokens
     /// per request the pod has served (engine counters; a pod that has served none scores 0).

@@ -9,11 +9,17 @@
 //! The model reads AIBrix's metrics as kvroute maps them (see each strategy's docs):
 //! `gpu_cache_usage_perc` and `kv_cache_usage_perc` := the fresh snapshot's `kv_usage`;
 //! `cpu_cache_usage_perc` := 0; `gpu_busy_time_ratio` and `engine_utilization` := the busy-time
-//! ratio; `request_queue_time_seconds` := 0 (what AIBrix reads); the prefill and decode
-//! histograms := `(prefill_seconds, prefills)` and `(inter_token_seconds, prefills)`;
-//! `avg_prompt_toks_per_req` := `prefix_queries / prefills`, `avg_generation_toks_per_req` :=
-//! `1 + inter_tokens / prefills` (0 and 0 before the first request: kvroute's fix of AIBrix's
-//! not-a-number); `realtime_num_requests_running` := the in-flight count.
+//! ratio; `request_queue_time_seconds` := the mean of the snapshot's queue-time histogram
+//! (`queue_seconds`, `queue_requests`; kvroute's fix of AIBrix reading it as a plain value),
+//! 0 without it (what AIBrix reads); the prefill histogram := `(prefill_seconds, prefills)`;
+//! the decode histogram := `(decode_seconds, decode_requests)`, or without it
+//! `(inter_token_seconds, prefills)`; `avg_prompt_toks_per_req` := the mean of
+//! `(request_prompt_tokens, prompt_requests)`, or without it `prefix_queries / prefills`;
+//! `avg_generation_toks_per_req` := the mean of `(request_generation_tokens,
+//! generation_requests)`, or without it `1 + inter_tokens / prefills` (a mean over no request
+//! is 0: kvroute's fix of AIBrix's not-a-number); `realtime_num_requests_running` := the
+//! in-flight count. The snapshots' histograms are each present, absent, or half there (a sum
+//! without its count, or the reverse: no histogram).
 
 use std::cell::Cell;
 
@@ -37,7 +43,17 @@ struct Snap {
     gaps: Option<u8>,
     prefill_s: Option<u8>,
     decode_s: Option<u8>,
+    /// The per-request histograms (sum, count), each half possibly missing: queue time
+    /// (quarter seconds), decode time (seconds), prompt tokens (hundreds), generation tokens
+    /// (tens).
+    queue: Half,
+    decode: Half,
+    prompt: Half,
+    generation: Half,
 }
+
+/// A histogram's (sum, count) as a snapshot may carry it.
+type Half = (Option<u8>, Option<u8>);
 
 #[derive(Clone, Debug)]
 struct Pod {
@@ -63,13 +79,31 @@ struct Scenario {
 
 fn snap() -> impl proptest::strategy::Strategy<Value = Snap> {
     let small = || proptest::option::weighted(0.85, 0u8..5);
+    // Exported (both halves, mostly), not exported, or half there.
+    let histogram = || {
+        prop_oneof![
+            3 => (0u8..9, 0u8..4).prop_map(|(sum, n)| (Some(sum), Some(n))),
+            2 => Just((None, None)),
+            1 => (small(), small()),
+        ]
+    };
     (
         prop_oneof![3 => 0u64..=MAX_AGE, 1 => MAX_AGE + 1..5_000],
         proptest::option::weighted(0.85, 0u8..=4),
         (small(), small(), small(), small(), small()),
+        // An engine that exports none of them (older vLLM, another server), or each as drawn.
+        prop_oneof![
+            1 => Just([(None, None); 4]),
+            2 => [histogram(), histogram(), histogram(), histogram()],
+        ],
     )
         .prop_map(
-            |(age_ms, kv_quarters, (prefills, queries, gaps, prefill_s, decode_s))| Snap {
+            |(
+                age_ms,
+                kv_quarters,
+                (prefills, queries, gaps, prefill_s, decode_s),
+                [queue, decode, prompt, generation],
+            )| Snap {
                 age_ms,
                 kv_quarters,
                 prefills,
@@ -77,6 +111,10 @@ fn snap() -> impl proptest::strategy::Strategy<Value = Snap> {
                 gaps,
                 prefill_s,
                 decode_s,
+                queue,
+                decode,
+                prompt,
+                generation,
             },
         )
 }
@@ -155,6 +193,14 @@ fn engine(s: &Snap) -> EngineSnapshot {
         inter_tokens: s.gaps.map(|g| u64::from(g) * 50),
         prefill_seconds: s.prefill_s.map(f64::from),
         inter_token_seconds: s.decode_s.map(f64::from),
+        queue_seconds: s.queue.0.map(|q| f64::from(q) / 4.0),
+        queue_requests: s.queue.1.map(u64::from),
+        decode_seconds: s.decode.0.map(f64::from),
+        decode_requests: s.decode.1.map(u64::from),
+        request_prompt_tokens: s.prompt.0.map(|p| u64::from(p) * 100),
+        prompt_requests: s.prompt.1.map(u64::from),
+        request_generation_tokens: s.generation.0.map(|g| u64::from(g) * 10),
+        generation_requests: s.generation.1.map(u64::from),
         ..EngineSnapshot::default()
     }
 }
@@ -216,8 +262,8 @@ fn build(s: &Scenario) -> Router {
     r
 }
 
-/// `request_queue_time_seconds` as AIBrix reads it, and the prefill and decode histograms
-/// (sum, count), the decode one possibly missing.
+/// `request_queue_time_seconds` as the model reads it (module docs), and the prefill and
+/// decode histograms (sum, count), the decode one possibly missing.
 type Latency = (f64, (f64, f64), Option<(f64, f64)>);
 
 /// One ready pod as AIBrix's code sees it, through kvroute's mapping.
@@ -276,14 +322,24 @@ fn seen(s: &Scenario) -> Vec<Seen> {
                 .filter(|&&(st, d)| d.is_none_or(|d| st + d >= NOW))
                 .count();
             let fresh = p.snap.as_ref().filter(|s| s.age_ms <= MAX_AGE).map(engine);
-            let per_request =
-                |e: &EngineSnapshot| match (e.prefills, e.prefix_queries, e.inter_tokens) {
-                    (Some(0), Some(_), Some(_)) => Some((0.0, 0.0)),
-                    (Some(n), Some(q), Some(g)) => {
-                        Some((q as f64 / n as f64, 1.0 + g as f64 / n as f64))
-                    }
-                    _ => None,
+            // A histogram's (sum, count) when both halves are there.
+            let both = |sum: Option<f64>, n: Option<u64>| Some((sum?, n? as f64));
+            let tokens = |v: Option<u64>| v.map(|v| v as f64);
+            let mean = |(sum, count): (f64, f64)| if count == 0.0 { 0.0 } else { sum / count };
+            let per_request = |e: &EngineSnapshot| {
+                let prompt = match both(tokens(e.request_prompt_tokens), e.prompt_requests) {
+                    Some(h) => mean(h),
+                    None => mean(both(tokens(e.prefix_queries), e.prefills)?),
                 };
+                let gen = match both(tokens(e.request_generation_tokens), e.generation_requests) {
+                    Some(h) => mean(h),
+                    None => match (e.prefills?, e.inter_tokens?) {
+                        (0, _) => 0.0,
+                        (n, g) => 1.0 + g as f64 / n as f64,
+                    },
+                };
+                Some((prompt, gen))
+            };
             Seen {
                 index,
                 running: open as f64,
@@ -291,10 +347,11 @@ fn seen(s: &Scenario) -> Vec<Seen> {
                 busy: busy_ratio(p),
                 averages: fresh.map(|e| per_request(&e).unwrap_or((0.0, 0.0))),
                 latency: fresh.and_then(|e| {
-                    let n = e.prefills? as f64;
-                    let prefill = (e.prefill_seconds?, n);
-                    let decode = e.inter_token_seconds.map(|s| (s, n));
-                    Some((0.0, prefill, decode))
+                    let prefill = both(e.prefill_seconds, e.prefills)?;
+                    let decode = both(e.decode_seconds, e.decode_requests)
+                        .or(both(e.inter_token_seconds, e.prefills));
+                    let queue = both(e.queue_seconds, e.queue_requests).map_or(0.0, mean);
+                    Some((queue, prefill, decode))
                 }),
                 tokens: fresh.and_then(|e| per_request(&e)),
             }
@@ -526,6 +583,9 @@ fn check(s: &Scenario) -> Vec<String> {
 fn kvroute_picks_what_aibrix_could_pick() {
     let scenarios = Cell::new(0u32);
     let counts = Cell::new([(0u32, 0u32); SINGLE.len()]);
+    // Fresh snapshots of ready pods by how many of the four per-request histograms they carry
+    // whole (0 to 4).
+    let histograms = Cell::new([0u32; 5]);
     let mut runner = TestRunner::new(Config {
         cases: 2_000,
         failure_persistence: None,
@@ -543,6 +603,20 @@ fn kvroute_picks_what_aibrix_could_pick() {
                 c[k].1 += u32::from(allowed.len() < pods.len());
             }
             counts.set(c);
+            let mut h = histograms.get();
+            for snap in s
+                .pods
+                .iter()
+                .filter(|p| p.ready)
+                .filter_map(|p| p.snap.as_ref())
+            {
+                let whole = [snap.queue, snap.decode, snap.prompt, snap.generation]
+                    .iter()
+                    .filter(|(sum, n)| sum.is_some() && n.is_some())
+                    .count();
+                h[whole] += u32::from(snap.age_ms <= MAX_AGE);
+            }
+            histograms.set(h);
             let bad = check(&s);
             prop_assert!(bad.is_empty(), "{bad:#?}");
             Ok(())
@@ -553,6 +627,15 @@ fn kvroute_picks_what_aibrix_could_pick() {
         scenarios.get(),
         SINGLE.len(),
         MIXES.len()
+    );
+    eprintln!(
+        "  fresh snapshots with 0, 1, 2, 3, 4 of the per-request histograms whole: {:?}",
+        histograms.get()
+    );
+    let h = histograms.get();
+    assert!(
+        h[0] > 100 && h[4] > 100 && h[1..4].iter().all(|&n| n > 100),
+        "the generator covers histograms present and absent: {h:?}"
     );
     for (st, (fallback, decisive)) in SINGLE.iter().zip(counts.get()) {
         eprintln!(
@@ -574,6 +657,10 @@ fn a_stale_snapshot_is_no_metric() {
             gaps: None,
             prefill_s: None,
             decode_s: None,
+            queue: (None, None),
+            decode: (None, None),
+            prompt: (None, None),
+            generation: (None, None),
         }),
     };
     // The stale pod's lower usage does not count: the fresh one wins.

@@ -11,7 +11,8 @@
 //!   a slot frees (TTFT counts from the actual send).
 //! - Every `sample_every_us` the engines' running/waiting gauges are sampled and (unless
 //!   `observe_engines` is off) passed to the router as engine snapshots
-//!   ([`Router::observe_engine`]), as a metrics scraper would.
+//!   ([`Router::observe_engine`]), as a metrics scraper would: with every gauge, counter and
+//!   histogram `kvroute-sim serve` exports (times in the engine's seconds).
 //! - Events at the same instant: step ends first (engine order), then sends, then the sample.
 //! - Each request's prompt is tokenized once, when it is sent, by [`ClusterConfig::prompts`]
 //!   (the built-in model or a real tokenizer): those ids are what its engine receives and, when
@@ -488,6 +489,15 @@ impl Cluster {
                 prefills: Some(c.prefills),
                 inter_token_seconds: Some(c.inter_token_time_us as f64 / 1e6),
                 inter_tokens: Some(c.inter_tokens),
+                // The finished-request histograms: each counts the finished requests.
+                queue_seconds: Some(c.queue_time_us as f64 / 1e6),
+                queue_requests: Some(c.finished),
+                decode_seconds: Some(c.decode_time_us as f64 / 1e6),
+                decode_requests: Some(c.finished),
+                request_prompt_tokens: Some(c.request_prompt_tokens),
+                prompt_requests: Some(c.finished),
+                request_generation_tokens: Some(c.request_generation_tokens),
+                generation_requests: Some(c.finished),
             };
             if self.config.observe_engines {
                 let _ = self.router.observe_engine(id, snap, ts(now_us));

@@ -18,7 +18,8 @@
 //! - `kvroute-sim study` prints the rows of the README's simulated-study table, and the
 //!   top-level README's least-ttft table; `--out` writes what the README lists; the numbers
 //!   the prose quotes for `--router-max-seqs`, `--arrivals poisson` and `bar --orders` are
-//!   what the binary prints;
+//!   what the binary prints; the table of AIBrix's other strategies is what the command its
+//!   section names prints, and the ranges its prose quotes are those runs' (readme/strategies.rs);
 //! - the command the README gives for the ignored simulation tests is `make test-sim`'s.
 //!
 //! About 8 s (the bar examples take most of it; they run at once).
@@ -142,6 +143,9 @@ fn options(sub: &str) -> BTreeMap<String, Opt> {
 mod markdown;
 #[path = "readme/serve.rs"]
 mod serve;
+// The section on AIBrix's other strategies (its tests).
+#[path = "readme/strategies.rs"]
+mod strategies;
 use markdown::*;
 use serve::check_serve;
 

@@ -1,6 +1,7 @@
 //! The fake vLLM server and the load client, over real HTTP on 127.0.0.1 with ports chosen at
 //! run time. Bounded: every request has a timeout; the engine runs 50–200× faster than real time.
-//! The fault modes (`--fault-*`, `/fault`) and the body limit are tested here too.
+//! The fault modes (`--fault-*`, `/fault`) and the body limit are tested here too; the
+//! histograms of `/metrics` in serve/metrics.rs.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -18,6 +19,10 @@ use serde_json::Value;
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
 
+// `/metrics`' histograms (their tests).
+#[path = "serve/metrics.rs"]
+mod metrics;
+
 async fn start(name: &str, speedup: f64) -> (String, tokio::sync::oneshot::Sender<()>) {
     start_with(name, speedup, FaultSpec::default()).await
 }
@@ -27,7 +32,11 @@ async fn start_with(
     speedup: f64,
     fault: FaultSpec,
 ) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let cfg = ServeConfig {
+    start_config(config(name, speedup, fault)).await
+}
+
+fn config(name: &str, speedup: f64, fault: FaultSpec) -> ServeConfig {
+    ServeConfig {
         host: "127.0.0.1".into(),
         port: 0,
         name: name.into(),
@@ -37,7 +46,10 @@ async fn start_with(
         fault,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         prompts: Default::default(),
-    };
+    }
+}
+
+async fn start_config(cfg: ServeConfig) -> (String, tokio::sync::oneshot::Sender<()>) {
     let server = BoundServer::bind(cfg).await.expect("bind");
     let url = format!("http://{}", server.local_addr());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -268,75 +280,6 @@ async fn handles_200_concurrent_streams() {
     assert!(
         metrics.contains("vllm:request_success_total{model_name=\"study\"} 200"),
         "{metrics}"
-    );
-}
-
-/// The value of a `/metrics` sample as a float.
-fn sample_f64(metrics: &str, series: &str) -> f64 {
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or_else(|| panic!("no sample {series} in\n{metrics}"))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exports_ttft_and_e2e_histograms_in_vllm_buckets_and_real_time() {
-    // Twice as fast as the model: a 1,000-token prompt's prefill step takes
-    // 33 ms + 1,000 × 300 µs = 333 ms of model time, 166.5 ms of real time; each of the 3
-    // decode steps after it 36 ms, 18 ms real.
-    let (url, _stop) = start("vllm-t", 2.0).await;
-    let c = client();
-    let ttft = "vllm:time_to_first_token_seconds";
-    let e2e = "vllm:e2e_request_latency_seconds";
-    let series = |name: &str, part: &str| format!("{name}_{part}{{model_name=\"study\"}}");
-    let bucket =
-        |name: &str, le: &str| format!("{name}_bucket{{le=\"{le}\",model_name=\"study\"}}");
-
-    // Exported, empty, before any request (so Prometheus's rate() sees the first one).
-    let (_, m) = get(&c, &url, "/metrics").await;
-    for name in [ttft, e2e] {
-        assert!(m.contains(&format!("# TYPE {name} histogram\n")), "{m}");
-        assert_eq!(sample(&m, &series(name, "count")), 0);
-        assert_eq!(sample(&m, &bucket(name, "+Inf")), 0);
-    }
-    assert_eq!(sample(&m, &bucket(ttft, "2.5")), 0);
-
-    let prompt: Vec<u32> = (1..=1000).collect();
-    let body = serde_json::json!({"model": "study", "prompt": prompt, "max_tokens": 4}).to_string();
-    let sent = Instant::now();
-    let (status, _, text) = post(&c, &url, "/v1/completions", &[], &body).await;
-    let elapsed = sent.elapsed().as_secs_f64();
-    assert_eq!(status, 200, "{text}");
-    let v: Value = serde_json::from_str(&text).unwrap();
-    assert_eq!(v["usage"]["prompt_tokens"], 1000);
-
-    let (_, m) = get(&c, &url, "/metrics").await;
-    assert_eq!(sample(&m, &series(ttft, "count")), 1, "{m}");
-    assert_eq!(sample(&m, &series(e2e, "count")), 1, "{m}");
-    let t = sample_f64(&m, &series(ttft, "sum"));
-    let e = sample_f64(&m, &series(e2e, "sum"));
-    // Never faster than the model, never longer than the client waited. The engine
-    // schedules steps against deadlines, so a late step shortens the next: the decode
-    // steps' 54 ms may be a little less after the TTFT was recorded late.
-    assert!(
-        (0.1665..elapsed).contains(&t),
-        "TTFT {t} s, request {elapsed} s"
-    );
-    assert!(
-        (t + 0.045..=elapsed).contains(&e),
-        "E2E {e} s, TTFT {t} s, request {elapsed} s"
-    );
-    // Cumulative buckets: nothing at or below 0.1 s, the one request in +Inf.
-    assert_eq!(sample(&m, &bucket(ttft, "0.1")), 0, "{m}");
-    assert_eq!(sample(&m, &bucket(ttft, "+Inf")), 1, "{m}");
-    assert_eq!(sample(&m, &bucket(e2e, "+Inf")), 1, "{m}");
-    assert_eq!(
-        m.matches(&format!("{ttft}_bucket{{")).count(),
-        kvroute_sim::serve::metrics::TTFT_BUCKETS.len() + 1
-    );
-    assert_eq!(
-        m.matches(&format!("{e2e}_bucket{{")).count(),
-        kvroute_sim::serve::metrics::E2E_BUCKETS.len() + 1
     );
 }
 

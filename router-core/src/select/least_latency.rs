@@ -11,19 +11,29 @@
 //! pod of its shuffled list, so uniformly at random; pods without the metrics are skipped,
 //! and with none having them the choice is uniform over all.
 //!
-//! What AIBrix reads and what kvroute reads instead:
+//! What AIBrix reads and what kvroute reads instead (from [`crate::EngineSnapshot`], each
+//! over the engine's life):
 //! - `queue_p`: AIBrix reads the `vllm:request_queue_time_seconds` histogram as a plain value,
-//!   which is always 0. kvroute has no queue-time input and uses 0 as well.
-//! - `prefill_p`, `decode_p`: AIBrix takes the means of the `vllm:request_prefill_time_seconds`
-//!   and `vllm:request_decode_time_seconds` histograms (over the engine's life). kvroute takes
-//!   `prefill_seconds / prefills` and `inter_token_seconds / prefills` from
-//!   [`crate::EngineSnapshot`] (a request's decode time is the sum of its inter-token gaps);
-//!   0 before the first request, as a histogram's mean with no sample is in AIBrix.
+//!   which is always 0. kvroute takes the histogram's mean (`queue_seconds / queue_requests`),
+//!   as the formula means (a quirk fixed), and 0 where the engine does not export it (AIBrix's
+//!   value; the pod is not skipped).
+//! - `prefill_p`: the mean of `vllm:request_prefill_time_seconds`, as in AIBrix
+//!   (`prefill_seconds / prefills`).
+//! - `decode_p`: the mean of `vllm:request_decode_time_seconds`, as in AIBrix
+//!   (`decode_seconds / decode_requests`); where the engine does not export it,
+//!   `inter_token_seconds / prefills` (a request's decode time is the sum of its inter-token
+//!   gaps).
 //! - `prompt_p`, `gen_p`: AIBrix reads one-day averages from Prometheus as plain values (always
-//!   0, so the guesses 10 and 100 and the ratios 1); kvroute derives them from the snapshot as
-//!   `throughput` does.
+//!   0, so the guesses 10 and 100 and the ratios 1); kvroute takes the means of the
+//!   `vllm:request_prompt_tokens` and `vllm:request_generation_tokens` histograms, or derives
+//!   them from the counters where those are missing, as `throughput` does.
+//!
+//! A mean over no request is 0, as a histogram's mean with no sample is in AIBrix. A pod
+//! without the prefill histogram, or without both the decode histogram and the inter-token
+//! counters, is skipped.
 
-use super::{throughput, PodMetrics};
+use super::throughput::{self, histogram_mean};
+use super::PodMetrics;
 
 /// AIBrix's guesses when no candidate has a positive average.
 const DEFAULT_PROMPT_TOKENS: f64 = 10.0;
@@ -39,23 +49,20 @@ pub(crate) struct LatencyInputs {
     pub(crate) generation_tokens: f64,
 }
 
-/// What kvroute has of the pod's inputs; `None` (skipped) without a fresh snapshot carrying the
-/// prefill and inter-token counters.
+/// What kvroute has of the pod's inputs (module docs); `None` (skipped) without a fresh
+/// snapshot carrying the prefill histogram and either the decode histogram or the inter-token
+/// counters.
 pub(crate) fn inputs(m: &PodMetrics) -> Option<LatencyInputs> {
     let s = m.engine?;
-    let (prefill_s, decode_s, prefills) = (s.prefill_seconds?, s.inter_token_seconds?, s.prefills?);
-    let mean = |sum: f64| {
-        if prefills == 0 {
-            0.0
-        } else {
-            sum / prefills as f64
-        }
-    };
+    let prefill_mean_s = histogram_mean(s.prefill_seconds, s.prefills)?;
+    let decode_mean_s = histogram_mean(s.decode_seconds, s.decode_requests)
+        .or_else(|| histogram_mean(s.inter_token_seconds, s.prefills))?;
+    let queue_s = histogram_mean(s.queue_seconds, s.queue_requests).unwrap_or(0.0);
     let (prompt_tokens, generation_tokens) = throughput::per_request_tokens(m).unwrap_or_default();
     Some(LatencyInputs {
-        queue_s: 0.0,
-        prefill_mean_s: mean(prefill_s),
-        decode_mean_s: mean(decode_s),
+        queue_s,
+        prefill_mean_s,
+        decode_mean_s,
         prompt_tokens,
         generation_tokens,
     })
@@ -108,6 +115,7 @@ pub(crate) fn scores_of(metrics: &[PodMetrics], out: &mut Vec<Option<f64>>) {
 mod tests {
     use super::super::{least_scored, tests::engine};
     use super::*;
+    use crate::EngineSnapshot;
 
     fn aibrix(queue_s: f64, prompt: f64, gen: f64, prefill: f64, decode: f64) -> LatencyInputs {
         LatencyInputs {
@@ -208,5 +216,90 @@ mod tests {
         assert_eq!(inputs(&fresh), Some(aibrix(0.0, 0.0, 0.0, 0.0, 0.0)));
         assert_eq!(inputs(&engine(|s| s.prefills = Some(1))), None);
         assert_eq!(inputs(&PodMetrics::default()), None);
+    }
+
+    #[test]
+    fn the_histograms_come_first_and_the_queue_term_is_their_mean() {
+        // Counters alone: prefill 0.5 s, decode 6 s / 4, 100 prompt and 100 generated tokens.
+        let counters = |s: &mut EngineSnapshot| {
+            s.prefills = Some(4);
+            s.prefill_seconds = Some(2.0);
+            s.inter_token_seconds = Some(6.0);
+            s.inter_tokens = Some(396);
+            s.prefix_queries = Some(400);
+        };
+        let histograms = |s: &mut EngineSnapshot| {
+            s.queue_seconds = Some(1.5);
+            s.queue_requests = Some(3);
+            s.decode_seconds = Some(3.0);
+            s.decode_requests = Some(3);
+            s.request_prompt_tokens = Some(150);
+            s.prompt_requests = Some(3);
+            s.request_generation_tokens = Some(60);
+            s.generation_requests = Some(3);
+        };
+        // Every histogram: queue 0.5 s, decode 1 s, 50 prompt and 20 generated tokens.
+        let both = engine(|s| {
+            counters(s);
+            histograms(s);
+        });
+        assert_eq!(inputs(&both), Some(aibrix(0.5, 50.0, 20.0, 0.5, 1.0)));
+        // Each missing histogram falls back on its own: queue to 0, decode to the inter-token
+        // counters, the token averages to the counters'.
+        let no_queue = engine(|s| {
+            counters(s);
+            histograms(s);
+            s.queue_requests = None;
+        });
+        assert_eq!(inputs(&no_queue), Some(aibrix(0.0, 50.0, 20.0, 0.5, 1.0)));
+        let no_decode = engine(|s| {
+            counters(s);
+            histograms(s);
+            s.decode_seconds = None;
+        });
+        assert_eq!(inputs(&no_decode), Some(aibrix(0.5, 50.0, 20.0, 0.5, 1.5)));
+        let no_tokens = engine(|s| {
+            counters(s);
+            histograms(s);
+            s.request_prompt_tokens = None;
+            s.generation_requests = None;
+        });
+        assert_eq!(
+            inputs(&no_tokens),
+            Some(aibrix(0.5, 100.0, 100.0, 0.5, 1.0))
+        );
+        // Histograms over no finished request: means of 0.
+        let fresh = engine(|s| {
+            counters(s);
+            histograms(s);
+            s.queue_requests = Some(0);
+            s.decode_requests = Some(0);
+        });
+        assert_eq!(inputs(&fresh), Some(aibrix(0.0, 50.0, 20.0, 0.5, 0.0)));
+        // The decode histogram stands in for the inter-token counters; the prefill one is
+        // needed.
+        let decode_only = engine(|s| {
+            s.prefills = Some(4);
+            s.prefill_seconds = Some(2.0);
+            histograms(s);
+        });
+        assert_eq!(
+            inputs(&decode_only),
+            Some(aibrix(0.5, 50.0, 20.0, 0.5, 1.0))
+        );
+        let no_prefill = engine(|s| {
+            histograms(s);
+            s.prefills = Some(4);
+        });
+        assert_eq!(inputs(&no_prefill), None);
+        // A queue behind one pod outweighs its faster decode.
+        let mut out = Vec::new();
+        let quick_but_queued = engine(|s| {
+            counters(s);
+            histograms(s);
+            s.queue_seconds = Some(30.0);
+        });
+        scores_of(&[both, quick_but_queued], &mut out);
+        assert!(out[0] < out[1], "{out:?}");
     }
 }

@@ -6,7 +6,9 @@
 use super::{PodModel, Reports, TtftConfig};
 use crate::time::Timestamp;
 
-/// An engine's own view of its load, as scraped from its metrics.
+/// An engine's own view of its load, as scraped from its metrics. An `Option` is `None` when
+/// the engine does not export the series (or it was not scraped); a histogram's `_sum` and
+/// `_count` come as two fields, each summed over the series' label sets.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct EngineSnapshot {
     /// Sequences running (`vllm:num_requests_running`).
@@ -31,6 +33,26 @@ pub struct EngineSnapshot {
     pub inter_token_seconds: Option<f64>,
     /// Gaps counted in `inter_token_seconds`, cumulative (`..._count`).
     pub inter_tokens: Option<u64>,
+    /// Seconds from the engine queueing a request to first scheduling it, summed over finished
+    /// requests, cumulative (`vllm:request_queue_time_seconds_sum`). Read by `least-latency`.
+    pub queue_seconds: Option<f64>,
+    /// Requests counted in `queue_seconds`, cumulative (`..._count`).
+    pub queue_requests: Option<u64>,
+    /// Seconds from first to last output token, summed over finished requests, cumulative
+    /// (`vllm:request_decode_time_seconds_sum`). Read by `least-latency`.
+    pub decode_seconds: Option<f64>,
+    /// Requests counted in `decode_seconds`, cumulative (`..._count`).
+    pub decode_requests: Option<u64>,
+    /// Prompt tokens of finished requests (whole prompts, cached or not), summed, cumulative
+    /// (`vllm:request_prompt_tokens_sum`). Read by `throughput` and `least-latency`.
+    pub request_prompt_tokens: Option<u64>,
+    /// Requests counted in `request_prompt_tokens`, cumulative (`..._count`).
+    pub prompt_requests: Option<u64>,
+    /// Output tokens of finished requests, summed, cumulative
+    /// (`vllm:request_generation_tokens_sum`). Read by `throughput` and `least-latency`.
+    pub request_generation_tokens: Option<u64>,
+    /// Requests counted in `request_generation_tokens`, cumulative (`..._count`).
+    pub generation_requests: Option<u64>,
 }
 
 /// Prefills an engine must have finished since the last prefill-rate sample before the next

@@ -20,7 +20,13 @@
 //!   histograms' sums and counts, in engine time (the sum of the durations of the steps run):
 //!   prefill time from the start of the step that first schedules a request to the end of the
 //!   step that produces its first token (vLLM's `request_prefill_time`), and the gaps between a
-//!   request's consecutive tokens (vLLM's `inter_token_latency`).
+//!   request's consecutive tokens (vLLM's `inter_token_latency`). When a request finishes, as
+//!   vLLM records its finished-request histograms: its queue time (`request_queue_time`),
+//!   from when the engine took it (its submission, or the end of the step in progress then:
+//!   vLLM's engine core takes new requests between steps) to the start of the step that first
+//!   schedules it; its decode time (`request_decode_time`), from its first token to its last;
+//!   its prompt and output tokens (`request_prompt_tokens`, `request_generation_tokens`).
+//!   Those four count the `finished` requests (aborted ones are not counted, as in vLLM).
 //! - KV events (off unless [`Engine::record_kv_events`]): every prompt block cached (when its
 //!   step finishes, or by [`Engine::prime`]), every cached block evicted and every cache reset
 //!   is recorded as a [`BlockEvent`], in order, as vLLM publishes them; [`Engine::drain_kv_events`]
@@ -132,6 +138,16 @@ pub struct EngineCounters {
     pub inter_token_time_us: u64,
     /// Gaps counted in `inter_token_time_us` (cumulative).
     pub inter_tokens: u64,
+    /// Queue times of the finished requests summed, µs of engine time (cumulative; see the
+    /// module docs).
+    pub queue_time_us: u64,
+    /// Decode times (first token to last) of the finished requests summed, µs of engine time
+    /// (cumulative).
+    pub decode_time_us: u64,
+    /// Prompt tokens of the finished requests (whole prompts, cached or not; cumulative).
+    pub request_prompt_tokens: u64,
+    /// Output tokens of the finished requests (cumulative).
+    pub request_generation_tokens: u64,
 }
 
 #[derive(Debug)]
@@ -151,9 +167,12 @@ struct Req {
     // Blocks held privately.
     private: u32,
     cached_tokens: u32,
+    // Engine time when the engine took it (see the module docs), µs.
+    queued_us: u64,
     // Engine time of the step that first scheduled it, µs.
     scheduled_us: Option<u64>,
-    // Engine time of its latest token, µs.
+    // Engine time of its first and latest token, µs.
+    first_token_us: u64,
     last_token_us: u64,
 }
 
@@ -261,6 +280,8 @@ impl Engine {
         } else {
             Vec::new()
         };
+        // Submitted during a step, it is taken when the step ends.
+        let queued_us = self.clock_us + if self.in_step { self.step_us } else { 0 };
         self.waiting.push_back(Req {
             id,
             prompt_len: prompt,
@@ -272,7 +293,9 @@ impl Engine {
             shared: Vec::new(),
             private: 0,
             cached_tokens: 0,
+            queued_us,
             scheduled_us: None,
+            first_token_us: 0,
             last_token_us: 0,
         });
         Ok(())
@@ -527,6 +550,7 @@ impl Engine {
                 if r.generated == 1 {
                     self.counters.prefill_time_us += end_us - r.scheduled_us.unwrap_or(end_us);
                     self.counters.prefills += 1;
+                    r.first_token_us = end_us;
                 } else {
                     self.counters.inter_token_time_us += end_us - r.last_token_us;
                     self.counters.inter_tokens += 1;
@@ -543,7 +567,13 @@ impl Engine {
                 if finished {
                     let r = self.running.remove(i);
                     self.release(&r);
-                    self.counters.finished += 1;
+                    let c = &mut self.counters;
+                    c.finished += 1;
+                    let scheduled_us = r.scheduled_us.unwrap_or(r.queued_us);
+                    c.queue_time_us += scheduled_us.saturating_sub(r.queued_us);
+                    c.decode_time_us += end_us - r.first_token_us;
+                    c.request_prompt_tokens += u64::from(r.prompt_len);
+                    c.request_generation_tokens += u64::from(r.generated);
                 }
             }
         }

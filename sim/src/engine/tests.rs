@@ -142,6 +142,57 @@ fn timing_counters_follow_vllm_prefill_time_and_inter_token_gaps() {
 }
 
 #[test]
+fn finished_requests_count_queue_and_decode_time_and_their_tokens_as_vllm_does() {
+    let mut e = Engine::new(EngineConfig {
+        max_num_seqs: 1,
+        ..Default::default()
+    })
+    .unwrap();
+    e.submit(1, &prompt(1, 100), 3).unwrap();
+    let d1 = e.start_step().unwrap();
+    // Submitted during the first step: the engine takes them when it ends. The third is
+    // aborted while it waits: not counted.
+    e.submit(2, &prompt(2, 200), 2).unwrap();
+    e.submit(3, &prompt(3, 50), 5).unwrap();
+    let mut out = Vec::new();
+    e.finish_step(&mut out);
+    assert_eq!(e.counters().finished, 0);
+    assert_eq!(
+        (e.counters().queue_time_us, e.counters().decode_time_us),
+        (0, 0)
+    );
+    assert!(e.abort(3));
+    let (_, rest) = run_to_end(&mut e);
+    let at = |id: u64, generated: u32| {
+        d1 + rest
+            .iter()
+            .find(|(_, ev)| ev.id == id && ev.generated == generated)
+            .unwrap()
+            .0
+    };
+    let c = e.counters();
+    assert_eq!(c.finished, 2);
+    // Request 2 waits from the end of the first step until request 1's last token (one
+    // sequence at a time); request 1 never waited.
+    assert_eq!(c.queue_time_us, at(1, 3) - d1);
+    assert_eq!(c.decode_time_us, (at(1, 3) - d1) + (at(2, 2) - at(2, 1)));
+    assert_eq!(c.decode_time_us, c.inter_token_time_us);
+    assert_eq!(
+        (c.request_prompt_tokens, c.request_generation_tokens),
+        (300, 5)
+    );
+    // Submitted to an idle engine, a request is scheduled at once.
+    e.submit(4, &prompt(4, 10), 1).unwrap();
+    run_to_end(&mut e);
+    let c4 = e.counters();
+    assert_eq!(
+        (c4.finished, c4.queue_time_us, c4.decode_time_us),
+        (3, c.queue_time_us, c.decode_time_us)
+    );
+    assert_eq!(c4.request_generation_tokens, 6);
+}
+
+#[test]
 fn kv_events_record_what_the_cache_stores_evicts_and_clears() {
     let cfg = EngineConfig {
         block_size: 16,

@@ -94,8 +94,10 @@ impl Default for Latencies {
 }
 
 /// Renders the engine's counters and the request latencies as Prometheus text, labelled
-/// `model_name`. Times are in seconds of real time: the prefill and inter-token times are the
-/// engine's model time divided by `speedup`; `latencies` are measured in real time.
+/// `model_name`. Times are in seconds of real time: the prefill, inter-token, queue and decode
+/// times are the engine's model time divided by `speedup`; `latencies` are measured in real
+/// time. The finished-request histograms (queue time, decode time, prompt and generation
+/// tokens) count the engine's finished requests.
 pub fn render(
     model: &str,
     c: &EngineCounters,
@@ -174,6 +176,30 @@ pub fn render(
         "Histogram of inter-token latency in seconds.",
         seconds(c.inter_token_time_us),
         c.inter_tokens,
+    );
+    out.histogram(
+        "vllm:request_queue_time_seconds",
+        "Histogram of time spent in WAITING phase for request.",
+        seconds(c.queue_time_us),
+        c.finished,
+    );
+    out.histogram(
+        "vllm:request_decode_time_seconds",
+        "Histogram of time spent in DECODE phase for request.",
+        seconds(c.decode_time_us),
+        c.finished,
+    );
+    out.histogram(
+        "vllm:request_prompt_tokens",
+        "Number of prefill tokens processed.",
+        c.request_prompt_tokens as f64,
+        c.finished,
+    );
+    out.histogram(
+        "vllm:request_generation_tokens",
+        "Number of generation tokens processed.",
+        c.request_generation_tokens as f64,
+        c.finished,
     );
     out.buckets(
         "vllm:time_to_first_token_seconds",
@@ -328,5 +354,33 @@ mod tests {
         );
         assert!(text.contains(&format!("# TYPE {ttft} histogram\n")));
         assert!(text.contains(&format!("# TYPE {e2e} histogram\n")));
+    }
+
+    #[test]
+    fn finished_request_histograms_count_finished_requests_in_real_seconds() {
+        let c = EngineCounters {
+            finished: 4,
+            queue_time_us: 3_000_000,
+            decode_time_us: 9_000_000,
+            request_prompt_tokens: 4_000,
+            request_generation_tokens: 410,
+            ..EngineCounters::default()
+        };
+        let text = render("m", &c, 5, 2.0, &Latencies::default());
+        for (name, sum) in [
+            ("vllm:request_queue_time_seconds", "1.500000"),
+            ("vllm:request_decode_time_seconds", "4.500000"),
+            ("vllm:request_prompt_tokens", "4000.000000"),
+            ("vllm:request_generation_tokens", "410.000000"),
+        ] {
+            for line in [
+                format!("# TYPE {name} histogram"),
+                format!("{name}_bucket{{le=\"+Inf\",model_name=\"m\"}} 4"),
+                format!("{name}_sum{{model_name=\"m\"}} {sum}"),
+                format!("{name}_count{{model_name=\"m\"}} 4"),
+            ] {
+                assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+            }
+        }
     }
 }
