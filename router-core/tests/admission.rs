@@ -253,3 +253,43 @@ fn queued_requests_dispatch_once_the_policy_is_removed_and_errors_take_them_out(
         )
         .is_err());
 }
+
+#[test]
+fn the_target_counts_the_wait_late_standard_requests_are_shed_critical_ones_served() {
+    let mut r = one_slot_pods(Some(AdmissionPolicy {
+        max_queue: 10,
+        ..tight()
+    }));
+    let h = hashes(&r, 0, 0);
+    let req = RouteRequest::new(MODEL, &h);
+    let busy = routed(r.admit(req, t(0)).unwrap());
+    routed(r.admit(req, t(0)).unwrap());
+    let standard = queued(r.admit(req, t(0)).unwrap());
+    let critical = queued(r.admit(req.with_priority(Priority::CRITICAL, None), t(0)).unwrap());
+    // 2.99 s later a slot frees: the freed pod (which holds the prompt) starts a request in
+    // about 55 ms, more than the 10 ms either has left of its 3 s target.
+    r.complete(busy.ticket, Completion::new(Outcome::Success), t(2_990))
+        .unwrap();
+    assert_eq!(r.next_queued(MODEL), Some(critical));
+    routed(r.dispatch(critical, req, t(2_990)).unwrap());
+    match r.dispatch(standard, req, t(2_990)).unwrap() {
+        Admitted::Queued(_) => {} // the critical one took the slot: no room, it waits
+        other => panic!("{other:?}"),
+    }
+    let s = r.admission_stats(MODEL).unwrap();
+    assert_eq!((s.dispatched, s.shed_late), (1, 0));
+
+    // With room and no time left, the standard request is shed.
+    let mut r = one_slot_pods(Some(tight()));
+    let busy = routed(r.admit(req, t(0)).unwrap());
+    routed(r.admit(req, t(0)).unwrap());
+    let late = queued(r.admit(req, t(0)).unwrap());
+    r.complete(busy.ticket, Completion::new(Outcome::Success), t(2_990))
+        .unwrap();
+    match r.dispatch(late, req, t(2_990)).unwrap() {
+        Admitted::Shed(s) => assert_eq!(s.reason, ShedReason::Late),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(r.admission_stats(MODEL).unwrap().shed_late, 1);
+    assert_eq!(r.next_queued(MODEL), None);
+}

@@ -24,6 +24,11 @@
 //!   request to try and offers it with [`crate::Router::dispatch`], until one stays queued.
 //!   Order: highest priority first; within one, tenants in turn, each tenant's requests
 //!   first in, first out.
+//! - **The target counts the wait.** A queued request is dispatched once a pod is predicted to
+//!   start it within what is left of the target after its wait; when pods could start requests
+//!   within the target but not this one within what it has left, a standard request is shed
+//!   ([`ShedReason::Late`]: it would miss its target anyway, and its slot serves one that will
+//!   not) and a critical one (priority > 0) is served late.
 //! - **Retry-After**: a shed carries the time until the best pod's predicted TTFT would meet the
 //!   target (at least a second), for the shell's `Retry-After`.
 
@@ -136,15 +141,19 @@ pub enum ShedReason {
     QueueFull,
     /// It waited until its deadline.
     Deadline,
+    /// It waited so long that no pod could start it within the target any more, while others
+    /// could be served (a standard request; a critical one is served late instead).
+    Late,
 }
 
 impl ShedReason {
-    /// A short label (`saturated`, `queue_full`, `deadline`) for logs and metrics.
+    /// A short label (`saturated`, `queue_full`, `deadline`, `late`) for logs and metrics.
     pub fn as_str(self) -> &'static str {
         match self {
             ShedReason::Saturated => "saturated",
             ShedReason::QueueFull => "queue_full",
             ShedReason::Deadline => "deadline",
+            ShedReason::Late => "late",
         }
     }
 }
@@ -194,6 +203,8 @@ pub struct AdmissionStats {
     pub shed_queue_full: u64,
     /// Queued requests shed at their deadline.
     pub shed_deadline: u64,
+    /// Queued requests shed because they could no longer start within the target.
+    pub shed_late: u64,
     /// Requests queued now.
     pub queue_len: u64,
 }
@@ -204,6 +215,7 @@ impl AdmissionStats {
             ShedReason::Saturated => self.shed_saturated += 1,
             ShedReason::QueueFull => self.shed_queue_full += 1,
             ShedReason::Deadline => self.shed_deadline += 1,
+            ShedReason::Late => self.shed_late += 1,
         }
     }
 }
@@ -217,15 +229,19 @@ pub(crate) struct PodRoom {
     pub(crate) engine: Option<(u32, Option<f64>)>,
 }
 
+/// The best predicted TTFT among the candidates, ms (infinite if none is a number).
+pub(crate) fn best_ttft_ms(pods: &[PodRoom]) -> f64 {
+    pods.iter()
+        .map(|p| p.ttft_ms)
+        .filter(|t| !t.is_nan())
+        .fold(f64::INFINITY, f64::min)
+}
+
 /// Whether the candidates are saturated for a request under `policy`, and the Retry-After for
 /// it (see the module docs).
 pub(crate) fn saturated(policy: &AdmissionPolicy, pods: &[PodRoom]) -> Option<u64> {
     let target = f64::from(policy.ttft_target_ms);
-    let best = pods
-        .iter()
-        .map(|p| p.ttft_ms)
-        .filter(|t| !t.is_nan())
-        .fold(f64::INFINITY, f64::min);
+    let best = best_ttft_ms(pods);
     if best <= target {
         return None;
     }

@@ -16,6 +16,7 @@ use crate::time::Timestamp;
 struct Place {
     priority: i32,
     tenant: Arc<str>,
+    queued_at: Timestamp,
     deadline: Timestamp,
 }
 
@@ -60,8 +61,21 @@ impl AdmissionQueue {
         self.places.contains_key(&id)
     }
 
-    /// Queues `id` at the back of its tenant's line in its priority's band.
-    pub(crate) fn push(&mut self, id: QueueId, priority: i32, tenant: &str, deadline: Timestamp) {
+    /// `id`'s priority and when it was queued.
+    pub(crate) fn entry(&self, id: QueueId) -> Option<(i32, Timestamp)> {
+        self.places.get(&id).map(|p| (p.priority, p.queued_at))
+    }
+
+    /// Queues `id` (at `now`, until `deadline`) at the back of its tenant's line in its
+    /// priority's band.
+    pub(crate) fn push(
+        &mut self,
+        id: QueueId,
+        priority: i32,
+        tenant: &str,
+        now: Timestamp,
+        deadline: Timestamp,
+    ) {
         let band = self.bands.entry(priority).or_default();
         let tenant: Arc<str> = match band.tenants.get_key_value(tenant) {
             Some((t, _)) => t.clone(),
@@ -77,6 +91,7 @@ impl AdmissionQueue {
             Place {
                 priority,
                 tenant,
+                queued_at: now,
                 deadline,
             },
         );
@@ -142,9 +157,9 @@ mod tests {
     #[test]
     fn highest_priority_first_then_fifo() {
         let mut q = AdmissionQueue::default();
-        q.push(QueueId(1), 0, "", t(100));
-        q.push(QueueId(2), 5, "", t(100));
-        q.push(QueueId(3), 0, "", t(100));
+        q.push(QueueId(1), 0, "", t(0), t(100));
+        q.push(QueueId(2), 5, "", t(0), t(100));
+        q.push(QueueId(3), 0, "", t(0), t(100));
         assert_eq!(q.len(), 3);
         assert_eq!(q.peek(), Some(QueueId(2)));
         assert!(q.remove(QueueId(2), true));
@@ -158,10 +173,10 @@ mod tests {
     fn tenants_of_a_priority_take_turns() {
         let mut q = AdmissionQueue::default();
         for i in 0..4 {
-            q.push(QueueId(i), 0, "a", t(100));
+            q.push(QueueId(i), 0, "a", t(0), t(100));
         }
-        q.push(QueueId(10), 0, "b", t(100));
-        q.push(QueueId(11), 0, "b", t(100));
+        q.push(QueueId(10), 0, "b", t(0), t(100));
+        q.push(QueueId(11), 0, "b", t(0), t(100));
         let mut order = Vec::new();
         while let Some(id) = q.peek() {
             order.push(id.0);
@@ -173,9 +188,9 @@ mod tests {
     #[test]
     fn a_cancel_does_not_take_a_turn() {
         let mut q = AdmissionQueue::default();
-        q.push(QueueId(1), 0, "a", t(100));
-        q.push(QueueId(2), 0, "a", t(100));
-        q.push(QueueId(3), 0, "b", t(100));
+        q.push(QueueId(1), 0, "a", t(0), t(100));
+        q.push(QueueId(2), 0, "a", t(0), t(100));
+        q.push(QueueId(3), 0, "b", t(0), t(100));
         assert!(q.remove(QueueId(1), true)); // a served
         assert!(q.remove(QueueId(3), false)); // b cancelled
         assert_eq!(q.peek(), Some(QueueId(2)));
@@ -184,9 +199,9 @@ mod tests {
     #[test]
     fn deadlines_expire_in_order() {
         let mut q = AdmissionQueue::default();
-        q.push(QueueId(1), 0, "", t(300));
-        q.push(QueueId(2), 9, "", t(100));
-        q.push(QueueId(3), 0, "", t(200));
+        q.push(QueueId(1), 0, "", t(0), t(300));
+        q.push(QueueId(2), 9, "", t(0), t(100));
+        q.push(QueueId(3), 0, "", t(0), t(200));
         assert_eq!(q.next_deadline(), Some(t(100)));
         let mut out = Vec::new();
         q.expire(t(200), &mut out);

@@ -91,7 +91,7 @@ impl Router {
         self.next_queue_id += 1;
         let deadline = now.add_millis(policy.queue_timeout_ms);
         a.queue
-            .push(id, req.priority, req.tenant.unwrap_or(""), deadline);
+            .push(id, req.priority, req.tenant.unwrap_or(""), now, deadline);
         a.stats.queued += 1;
         Ok(Admitted::Queued(id))
     }
@@ -102,10 +102,13 @@ impl Router {
         self.admission[m.index()].queue.peek()
     }
 
-    /// Offers queued request `id` again (`req` is the request as first admitted): routed if
-    /// its model is no longer saturated for it (it leaves the queue), else it stays queued
-    /// and nothing changes. An error (its model gone, no ready pod) also takes it out of the
-    /// queue: answer it. [`RouteError::NotQueued`] if it is not queued.
+    /// Offers queued request `id` again (`req` is the request as first admitted): routed if a
+    /// pod is predicted to start it within what is left of the target after its wait (it
+    /// leaves the queue); shed ([`ShedReason::Late`], it leaves the queue) if pods could start
+    /// requests within the target but not this one within what it has left, unless it is
+    /// critical (then routed); else it stays queued and nothing changes. Without a policy (it
+    /// was removed) it is routed. An error (its model gone, no ready pod) also takes it out of
+    /// the queue: answer it. [`RouteError::NotQueued`] if it is not queued.
     pub fn dispatch(
         &mut self,
         id: QueueId,
@@ -122,24 +125,38 @@ impl Router {
                 return Err(e);
             }
         };
-        if !self.admission[model.index()].queue.contains(id) {
+        let Some((priority, queued_at)) = self.admission[model.index()].queue.entry(id) else {
             return Err(RouteError::NotQueued);
-        }
+        };
         if let Err(e) = self.ready_candidates(model, &req, now) {
             self.admission[model.index()].queue.remove(id, false);
             return Err(e);
         }
-        let saturated = match self.admission[model.index()].policy {
-            Some(policy) => self.saturation(&req, &policy, now),
+        let job = match self.admission[model.index()].policy {
+            Some(policy) => {
+                let (job, saturated) = self.saturation(&req, &policy, now);
+                if saturated.is_some() {
+                    return Ok(Admitted::Queued(id));
+                }
+                let left =
+                    u64::from(policy.ttft_target_ms).saturating_sub(now.millis_since(queued_at));
+                let best = admission::best_ttft_ms(&self.scratch.rooms);
+                if best > left as f64 && priority <= 0 {
+                    let a = &mut self.admission[model.index()];
+                    a.queue.remove(id, true);
+                    a.stats.count_shed(ShedReason::Late);
+                    return Ok(Admitted::Shed(Shed {
+                        reason: ShedReason::Late,
+                        retry_after_ms: DEFAULT_RETRY_AFTER_MS,
+                    }));
+                }
+                job
+            }
             None => {
                 let total_blocks = u32::try_from(req.hashes.len()).unwrap_or(u32::MAX);
-                (self.estimates(&req, total_blocks, now, false), None)
+                self.estimates(&req, total_blocks, now, false)
             }
         };
-        let (job, saturated) = saturated;
-        if saturated.is_some() {
-            return Ok(Admitted::Queued(id));
-        }
         let a = &mut self.admission[model.index()];
         a.queue.remove(id, true);
         a.stats.dispatched += 1;
@@ -172,6 +189,14 @@ impl Router {
                 ));
             }
         }
+    }
+
+    /// The earliest deadline of a queued request, if any (also in [`Router::poll_timeout`]).
+    pub fn queue_deadline(&self) -> Option<Timestamp> {
+        self.admission
+            .iter()
+            .filter_map(|a| a.queue.next_deadline())
+            .min()
     }
 
     fn cancel(&mut self, id: QueueId) -> bool {

@@ -779,11 +779,7 @@ impl Router {
             .filter(|p| !p.removed)
             .filter_map(|p| p.health.ejection_end())
             .min();
-        let queued = self
-            .admission
-            .iter()
-            .filter_map(|a| a.queue.next_deadline())
-            .min();
+        let queued = self.queue_deadline();
         [index, tickets, detached, ejections, queued]
             .into_iter()
             .flatten()
