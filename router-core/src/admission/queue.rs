@@ -56,11 +56,6 @@ impl AdmissionQueue {
         self.places.len()
     }
 
-    /// Whether `id` is queued here.
-    pub(crate) fn contains(&self, id: QueueId) -> bool {
-        self.places.contains_key(&id)
-    }
-
     /// `id`'s priority and when it was queued.
     pub(crate) fn entry(&self, id: QueueId) -> Option<(i32, Timestamp)> {
         self.places.get(&id).map(|p| (p.priority, p.queued_at))
