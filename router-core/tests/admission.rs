@@ -265,7 +265,10 @@ fn the_target_counts_the_wait_late_standard_requests_are_shed_critical_ones_serv
     let busy = routed(r.admit(req, t(0)).unwrap());
     routed(r.admit(req, t(0)).unwrap());
     let standard = queued(r.admit(req, t(0)).unwrap());
-    let critical = queued(r.admit(req.with_priority(Priority::CRITICAL, None), t(0)).unwrap());
+    let critical = queued(
+        r.admit(req.with_priority(Priority::CRITICAL, None), t(0))
+            .unwrap(),
+    );
     // 2.99 s later a slot frees: the freed pod (which holds the prompt) starts a request in
     // about 55 ms, more than the 10 ms either has left of its 3 s target.
     r.complete(busy.ticket, Completion::new(Outcome::Success), t(2_990))

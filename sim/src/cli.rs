@@ -1,4 +1,4 @@
-//! The `kvroute-sim` command line: `study`, `bar`, `run`, `serve` and `replay`.
+//! The `kvroute-sim` command line: `study`, `bar`, `run`, `serve`, `replay` and `overload`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +10,7 @@ use crate::serve::{self, ServeConfig};
 use crate::workload::Scenario;
 
 mod args;
+mod overload;
 use args::PromptArgs;
 pub use args::{EngineArgs, TokenizerArgs};
 
@@ -35,6 +36,9 @@ enum Command {
     Serve(ServeArgs),
     /// Send a study-shaped load to a live endpoint and report it.
     Replay(ReplayArgs),
+    /// Overload the simulated replicas (the study's shape, faster than they serve it) and
+    /// compare routing alone with routing plus admission: goodput, sheds, admitted TTFT.
+    Overload(overload::OverloadArgs),
 }
 
 /// What shapes a simulated study phase (shared by `study` and `bar`).
@@ -394,6 +398,7 @@ pub fn main() -> ExitCode {
         Command::Run(a) => run_cmd(a),
         Command::Serve(a) => serve_cmd(a),
         Command::Replay(a) => replay_cmd(a),
+        Command::Overload(a) => overload::overload_cmd(a),
     }
 }
 

@@ -21,6 +21,8 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use kvroute_core::{AdmissionPolicy, QueueId};
+
 use kvroute_core::{
     BlockExtras, BlockHash, Completion, EngineSnapshot, KvSource, Outcome, PodId, PodSpec,
     PromptTokens, Reason, RouteRequest, Router, RouterConfig, StrategySpec, Timestamp, Timings,
@@ -33,7 +35,13 @@ use crate::prompt_tokens::PromptReader;
 use crate::report::{RequestRecord, Slo};
 use crate::workload::Arrival;
 
+mod admission;
+mod flight;
 mod kv;
+mod request;
+
+pub use admission::{PRIORITY_HEADER, TENANT_HEADER};
+use flight::{Flight, Live};
 
 /// What the router learns about each request, as a given shell would tell it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -143,6 +151,12 @@ pub struct ClusterConfig {
     /// kvroute-ext-proc's subscriber would (token blocks only): each step's events are applied
     /// as one batch when the step ends, numbered per engine from 0.
     pub kv_events: bool,
+    /// The router's admission policy for the model ([`Router::admit`]; `None`: off, every
+    /// request is routed at once). Requests carry their priority and tenant in the
+    /// `x-kvroute-priority` and `x-kvroute-tenant` headers.
+    pub admission: Option<AdmissionPolicy>,
+    /// How many times a client sends a request again after a 429, `Retry-After` later.
+    pub shed_retries: u32,
 }
 
 impl ClusterConfig {
@@ -174,6 +188,8 @@ impl Default for ClusterConfig {
             prompts: PromptReader::built_in(),
             router_blocks: None,
             kv_events: false,
+            admission: None,
+            shed_retries: 0,
         }
     }
 }
@@ -193,6 +209,9 @@ pub enum SimError {
     /// No pod, or too many.
     #[error("a cluster needs between 1 and 4096 pods, got {0}")]
     PodCount(usize),
+    /// The admission policy is invalid.
+    #[error("admission: {0}")]
+    Admission(#[from] kvroute_core::AdmissionPolicyError),
     /// The client cap is zero.
     #[error("the client in-flight cap must be at least 1")]
     ClientCap,
@@ -251,55 +270,6 @@ pub struct RunResult {
     pub peak_timed_responses: usize,
 }
 
-/// The client's side of a run.
-#[derive(Debug, Default)]
-struct Flight {
-    /// Requests sent and not answered yet.
-    in_flight: usize,
-    /// Requests answered, or refused by the router.
-    done: usize,
-    /// Routed requests on their way to the engine: (due, id, pod), in due order.
-    pending: VecDeque<(u64, usize, usize)>,
-}
-
-impl Flight {
-    /// Counts what [`Cluster::send`] did: a routed request is in flight on its way to the
-    /// engine; a refused one is done.
-    fn sent(&mut self, routed: Option<(u64, usize, usize)>) {
-        match routed {
-            Some(p) => {
-                self.in_flight += 1;
-                self.pending.push_back(p);
-            }
-            None => self.done += 1,
-        }
-    }
-
-    /// A request in flight has its answer, or failed at the engine.
-    fn answered(&mut self) {
-        self.in_flight -= 1;
-        self.done += 1;
-    }
-}
-
-#[derive(Default)]
-struct Live {
-    sent_us: u64,
-    first_us: Option<u64>,
-    last_us: Option<u64>,
-    generated: u32,
-    cached: u32,
-    prompt: u32,
-    pod: usize,
-    /// The prompt's token ids, from its send until it is handed to its engine.
-    ids: Vec<u32>,
-    ticket: Option<kvroute_core::Ticket>,
-    /// [`Feedback::Envoy`]: predicted to prefill at least an engine block at once.
-    cold_prefill: bool,
-    /// [`Feedback::Envoy`]: its response is timed (it holds one of the timed streams).
-    timed: bool,
-}
-
 /// A router and its engines.
 pub struct Cluster {
     config: ClusterConfig,
@@ -315,6 +285,8 @@ pub struct Cluster {
     /// [`ClusterConfig::kv_events`]: each engine's next batch number, and scratch.
     kv_seq: Vec<u64>,
     kv_scratch: Vec<BlockEvent>,
+    /// Requests the router holds: the request and its keys, to offer again.
+    queued: BTreeMap<QueueId, (usize, Keyed)>,
 }
 
 fn ts(us: u64) -> Timestamp {
@@ -372,6 +344,7 @@ impl Cluster {
                 router.apply_kv_events(id, KvSource::Live, 0, &[], Timestamp::ZERO)?;
             }
         }
+        router.set_admission(&config.model, config.admission)?;
         let kv_seq = vec![u64::from(config.kv_events); pod_ids.len()];
         Ok(Cluster {
             config,
@@ -384,6 +357,7 @@ impl Cluster {
             timed_peak: 0,
             kv_seq,
             kv_scratch: Vec::new(),
+            queued: BTreeMap::new(),
         })
     }
 
@@ -562,6 +536,20 @@ impl Cluster {
         let mut samples = Vec::new();
         let mut events: Vec<TokenEvent> = Vec::new();
         let mut now = 0u64;
+        // Offers the requests the router holds (see `cluster/admission.rs`).
+        macro_rules! pump {
+            () => {
+                self.pump_queue(
+                    now,
+                    arrivals,
+                    &specs,
+                    default_strategy,
+                    &mut live,
+                    &mut records,
+                    &mut flight,
+                )
+            };
+        }
 
         while flight.done < n {
             let step_end = busy_until
@@ -571,10 +559,14 @@ impl Cluster {
                 .min();
             let arrival_at = arrivals.get(next_arrival).map(|a| a.at_us);
             let pending_at = flight.pending.front().map(|p| p.0);
+            let retry_at = flight.retries.first().map(|r| r.0);
+            let deadline_at = self.router.queue_deadline().map(|t| t.as_millis() * 1_000);
             if step_end.is_none()
                 && arrival_at.is_none()
                 && deferred.is_empty()
                 && flight.pending.is_empty()
+                && retry_at.is_none()
+                && deadline_at.is_none()
             {
                 // Nothing can happen any more (every remaining request failed to start).
                 break;
@@ -583,6 +575,8 @@ impl Cluster {
                 step_end.map(|(t, _)| t),
                 pending_at,
                 arrival_at,
+                retry_at,
+                deadline_at,
                 Some(next_sample),
             ]
             .into_iter()
@@ -604,7 +598,7 @@ impl Cluster {
                         let streaming = self.config.feedback == Feedback::Streaming;
                         if let (Some(ticket), true) = (l.ticket, streaming) {
                             let first = Timings {
-                                first_token_ms: Some((t - l.sent_us) / 1000),
+                                first_token_ms: Some((t - l.routed_us) / 1000),
                                 prompt_tokens: Some(ev.prompt_tokens),
                                 cached_tokens: Some(ev.cached_tokens),
                                 ..Timings::default()
@@ -622,6 +616,7 @@ impl Cluster {
                     }
                 }
                 busy_until[e] = self.engines[e].start_step().map(|d| t + d);
+                pump!();
                 while flight.in_flight < self.config.client_cap {
                     let Some(id) = deferred.pop_front() else {
                         break;
@@ -629,6 +624,16 @@ impl Cluster {
                     let spec = specs[id].as_ref().unwrap_or(default_strategy);
                     flight.sent(self.send(id, &arrivals[id], spec, now, &mut live, &mut records));
                 }
+                continue;
+            }
+            if deadline_at.is_some_and(|d| d <= now) {
+                self.expire_queue(now, &mut records, &mut live, &mut flight);
+                continue;
+            }
+            if let Some(id) = flight.due_retry(now) {
+                let spec = specs[id].as_ref().unwrap_or(default_strategy);
+                let sent = self.send(id, &arrivals[id], spec, now, &mut live, &mut records);
+                flight.sent(sent);
                 continue;
             }
             if let Some(&(_, id, pod)) = flight.pending.front().filter(|p| p.0 <= now) {
@@ -652,6 +657,7 @@ impl Cluster {
                 if flight.in_flight < self.config.client_cap {
                     let spec = specs[id].as_ref().unwrap_or(default_strategy);
                     flight.sent(self.send(id, &arrivals[id], spec, now, &mut live, &mut records));
+                    pump!();
                 } else {
                     deferred.push_back(id);
                 }
@@ -660,6 +666,7 @@ impl Cluster {
             if next_sample <= now {
                 self.snapshot(now, &mut samples);
                 next_sample = now + self.config.sample_every_us.max(1);
+                pump!();
             }
         }
         self.snapshot(now, &mut samples);
@@ -718,155 +725,5 @@ impl Cluster {
             timed_responses: self.timed_total,
             peak_timed_responses: self.timed_peak,
         })
-    }
-
-    /// Routes request `id` at `now` and returns its entry for the pending queue (when it
-    /// reaches its engine, the request id, the pod); `None` if it could not be routed (recorded
-    /// as a failure).
-    fn send(
-        &mut self,
-        id: usize,
-        a: &Arrival,
-        spec: &StrategySpec,
-        now: u64,
-        live: &mut [Live],
-        records: &mut [RequestRecord],
-    ) -> Option<(u64, usize, usize)> {
-        let rec = &mut records[id];
-        rec.sent_s = Some(now as f64 / 1e6);
-        live[id].sent_us = now;
-        let keyed = match self.keyed(&a.prompt) {
-            Ok(k) => k,
-            Err(e) => {
-                // vLLM answers a prompt it cannot tokenize with a 400; a gateway that tokenizes
-                // the same way would not route it.
-                rec.error = Some(e.to_string());
-                rec.status = Some(400);
-                return None;
-            }
-        };
-        let mut request = RouteRequest::new(&self.config.model, &keyed.hashes)
-            .with_strategy(spec)
-            .with_max_output_tokens(Some(a.output_tokens));
-        if let Some(t) = keyed.tokens {
-            request = request.with_tokens(t);
-        }
-        let d = match self.router.route(request, ts(now)) {
-            Ok(d) => d,
-            Err(e) => {
-                rec.error = Some(e.to_string());
-                return None;
-            }
-        };
-        let pod = self.pod_ids.iter().position(|&p| p == d.pod).unwrap_or(0);
-        rec.pod = Some(d.pod_name.to_string());
-        rec.reason = Some(d.reason.as_str().to_owned());
-        rec.match_percent = Some(d.match_percent);
-        rec.imbalance = Some(d.imbalance);
-        rec.decision = Some(d.to_string());
-        rec.predicted_cached_tokens = Some(d.prediction.cached_tokens);
-        rec.held_cached_tokens = Some(self.engines[pod].cached_prefix_tokens(&keyed.ids));
-        live[id].pod = pod;
-        live[id].ids = keyed.ids;
-        live[id].ticket = Some(d.ticket);
-        live[id].cold_prefill = d
-            .prediction
-            .is_cold_prefill(self.config.router.ttft.engine_block_tokens);
-        Some((now + self.config.overhead_us, id, pod))
-    }
-
-    /// Hands a routed request to its engine; false (a failed request) if the engine rejects it.
-    #[allow(clippy::too_many_arguments)]
-    fn submit(
-        &mut self,
-        id: usize,
-        pod: usize,
-        a: &Arrival,
-        now: u64,
-        live: &mut [Live],
-        records: &mut [RequestRecord],
-        busy_until: &mut [Option<u64>],
-    ) -> bool {
-        let tokens = std::mem::take(&mut live[id].ids);
-        if let Err(e) = self.engines[pod].submit(id as u64, &tokens, a.output_tokens) {
-            let rec = &mut records[id];
-            rec.error = Some(e.to_string());
-            rec.status = Some(400);
-            if let Some(ticket) = live[id].ticket.take() {
-                // A request the engine refuses (400) is the client's error: it says nothing
-                // about the pod's health (a failure would count towards its ejection).
-                let _ = self
-                    .router
-                    .complete(ticket, Completion::new(Outcome::Cancelled), ts(now));
-            }
-            return false;
-        }
-        if busy_until[pod].is_none() {
-            busy_until[pod] = self.engines[pod].start_step().map(|dur| now + dur);
-        }
-        // Accepted: the response headers are on their way, and kvroute-ext-proc decides there
-        // whether to time the response.
-        if self.config.feedback == Feedback::Envoy {
-            let budget = if live[id].cold_prefill {
-                ENVOY_TIMED_STREAMS
-            } else {
-                ENVOY_TIMED_STREAMS.div_ceil(2)
-            };
-            if self.timed_open < budget {
-                self.timed_open += 1;
-                self.timed_total += 1;
-                self.timed_peak = self.timed_peak.max(self.timed_open);
-                live[id].timed = true;
-            }
-        }
-        true
-    }
-
-    fn finish(&mut self, rec: &mut RequestRecord, l: &Live, t: u64) {
-        let first = l.first_us.unwrap_or(t);
-        let last = l.last_us.unwrap_or(t);
-        rec.status = Some(200);
-        rec.success = true;
-        rec.ttft_s = Some((first - l.sent_us) as f64 / 1e6);
-        rec.tpot_ms =
-            Some((last - first) as f64 / 1e3 / f64::from(l.generated.saturating_sub(1).max(1)));
-        rec.e2e_s = Some((t - l.sent_us) as f64 / 1e6);
-        rec.prompt_tokens = Some(l.prompt);
-        rec.cached_tokens = Some(l.cached);
-        rec.output_tokens = Some(l.generated);
-        rec.judge(&self.config.slo);
-        if let Some(ticket) = l.ticket {
-            let total_ms = Some((t - l.sent_us) / 1000);
-            if l.timed {
-                self.timed_open -= 1;
-            }
-            let full = match self.config.feedback {
-                Feedback::Streaming => true,
-                Feedback::Envoy => l.timed,
-                Feedback::TotalOnly => false,
-            };
-            let timings = if full {
-                Timings {
-                    first_token_ms: Some((first - l.sent_us) / 1000),
-                    total_ms,
-                    output_tokens: Some(l.generated),
-                    cached_tokens: Some(l.cached),
-                    prompt_tokens: Some(l.prompt),
-                }
-            } else {
-                Timings {
-                    total_ms,
-                    ..Timings::default()
-                }
-            };
-            let _ = self.router.complete(
-                ticket,
-                Completion {
-                    outcome: Outcome::Success,
-                    timings,
-                },
-                ts(t),
-            );
-        }
     }
 }

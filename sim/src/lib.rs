@@ -25,6 +25,7 @@ pub mod cli;
 pub mod cluster;
 pub mod cpu;
 pub mod engine;
+pub mod overload;
 pub mod plot;
 pub mod prompt_tokens;
 pub mod replay;

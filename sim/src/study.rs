@@ -222,29 +222,41 @@ pub fn round_seed(round: u8, order: u64) -> u64 {
     }
 }
 
-/// Simulates one phase.
-pub fn run_phase(
+/// The phase `cfg` sends in `scenario`'s round `round` to `strategy`, and its router seed.
+pub fn study_phase(
     cfg: &StudyConfig,
     scenario: Scenario,
     round: u8,
     strategy: &StrategySpec,
-) -> Result<PhaseResult, SimError> {
-    let seed = round_seed(round, cfg.order);
-    let phase_seed = phase_seed(scenario, round, strategy, cfg.variant);
+) -> (StudyPhase, u64) {
+    let seed = phase_seed(scenario, round, strategy, cfg.variant);
     let phase = StudyPhase::new(
         scenario,
+        round_seed(round, cfg.order),
         seed,
-        phase_seed,
         cfg.requests,
         cfg.rate,
         cfg.arrivals,
         cfg.output_tokens,
     );
+    (phase, seed)
+}
+
+/// A fresh cluster for `phase` as the study runs it (router seeded with `phase_seed`, engines
+/// and index primed as the scenario says), after `adjust` has had its say on the cluster's
+/// configuration. Returns the pod names with it.
+pub fn phase_cluster(
+    cfg: &StudyConfig,
+    phase: &StudyPhase,
+    phase_seed: u64,
+    adjust: impl FnOnce(&mut ClusterConfig),
+) -> Result<(Cluster, Vec<String>), SimError> {
+    let scenario = phase.scenario;
     let engine = EngineConfig {
         kv_capacity_blocks: scenario.kv_blocks(cfg.engine.kv_capacity_blocks),
         ..cfg.engine
     };
-    let cluster_cfg = ClusterConfig {
+    let mut cluster_cfg = ClusterConfig {
         engine,
         router: RouterConfig {
             seed: phase_seed,
@@ -267,6 +279,7 @@ pub fn run_phase(
         kv_events: cfg.kv_events,
         ..ClusterConfig::default()
     };
+    adjust(&mut cluster_cfg);
     let pods = cluster_cfg.pods.clone();
     let mut cluster = Cluster::new(cluster_cfg)?;
     for family in 0..STUDY_FAMILIES {
@@ -282,6 +295,18 @@ pub fn run_phase(
             cluster.place_in_index(home, &prompt)?;
         }
     }
+    Ok((cluster, pods))
+}
+
+/// Simulates one phase.
+pub fn run_phase(
+    cfg: &StudyConfig,
+    scenario: Scenario,
+    round: u8,
+    strategy: &StrategySpec,
+) -> Result<PhaseResult, SimError> {
+    let (phase, phase_seed) = study_phase(cfg, scenario, round, strategy);
+    let (mut cluster, pods) = phase_cluster(cfg, &phase, phase_seed, |_| {})?;
     let label = label(scenario, round);
     let run = cluster.run(&phase.arrivals, strategy, &label)?;
     let name = strategy.to_string();

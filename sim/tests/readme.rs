@@ -146,6 +146,9 @@ mod serve;
 // The section on AIBrix's other strategies (its tests).
 #[path = "readme/strategies.rs"]
 mod strategies;
+// The `kvroute-sim overload` section (its tests).
+#[path = "readme/overload.rs"]
+mod overload;
 use markdown::*;
 use serve::check_serve;
 

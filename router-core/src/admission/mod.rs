@@ -5,13 +5,17 @@
 //! - **Off unless asked for.** A model has no policy until [`crate::Router::set_admission`]
 //!   gives it one; without one [`crate::Router::admit`] routes exactly as
 //!   [`crate::Router::route`] does.
-//! - **Saturated** (for one request): every candidate pod's predicted TTFT for it (the
-//!   `least-ttft` model's, whatever the strategy) is above the target, and no candidate's engine
-//!   says it has room (see [`AdmissionPolicy::queue_depth_threshold`]; a fresh snapshot with
-//!   fewer waiting requests and KV usage below [`AdmissionPolicy::kv_usage_threshold`]: the
-//!   signals llm-d's saturation detector reads, here as a guard against a prediction that has
-//!   gone wrong). Below saturation, with nothing queued, the decision is the one
-//!   [`crate::Router::route`] makes (the same PRNG draws).
+//! - **Room.** A pod has room for a request when its predicted TTFT for it (the `least-ttft`
+//!   model's, whatever the strategy) is within the target and its engine does not report
+//!   saturation by llm-d's detector's signals (a fresh snapshot with at least
+//!   [`AdmissionPolicy::queue_depth_threshold`] waiting requests or KV usage at least
+//!   [`AdmissionPolicy::kv_usage_threshold`]: a guard against a prediction that has gone
+//!   wrong). The model is **saturated** for the request when no candidate has room.
+//! - **Routing among the pods with room.** Below saturation, with nothing queued, the request
+//!   is routed as [`crate::Router::route`] would, except that `least-ttft` chooses only among
+//!   the pods with room (its cost makes it prefer a pod that starts late but stalls less; with
+//!   a target to meet, that is a request lost). When every pod has room the decision is
+//!   `route`'s (the same PRNG draws).
 //! - **Priority** is an integer, higher first, as the Gateway API Inference Extension's
 //!   `InferenceObjective` priority: a negative priority is *sheddable*. Shells map names to it
 //!   ([`Priority::parse`]: `critical` 1, `standard` 0, `sheddable` -1).
@@ -45,10 +49,11 @@ pub struct AdmissionPolicy {
     pub max_queue: u32,
     /// Longest a request is held, ms.
     pub queue_timeout_ms: u64,
-    /// An engine reporting fewer waiting requests than this (with KV room) has room, whatever
-    /// the prediction. 0 turns the guard off. Default 1: an empty queue.
+    /// An engine reporting at least this many waiting requests (fresh snapshot) has no room,
+    /// whatever the prediction (llm-d's saturation detector's queue-depth threshold, default
+    /// 5). 0 turns this guard off.
     pub queue_depth_threshold: u32,
-    /// KV-cache usage below which an engine has room. Default 0.8 (llm-d's).
+    /// An engine reporting at least this KV-cache usage has no room (llm-d's default 0.8).
     pub kv_usage_threshold: f64,
 }
 
@@ -58,7 +63,7 @@ impl Default for AdmissionPolicy {
             ttft_target_ms: 2_000,
             max_queue: 256,
             queue_timeout_ms: 30_000,
-            queue_depth_threshold: 1,
+            queue_depth_threshold: 5,
             kv_usage_threshold: 0.8,
         }
     }
@@ -237,25 +242,26 @@ pub(crate) fn best_ttft_ms(pods: &[PodRoom]) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Whether the candidates are saturated for a request under `policy`, and the Retry-After for
-/// it (see the module docs).
+/// Whether a pod can take the request within `target_ms`: predicted to start it in time, and
+/// its engine (when a fresh snapshot says) not over llm-d's saturation thresholds.
+pub(crate) fn has_room(policy: &AdmissionPolicy, pod: &PodRoom, target_ms: f64) -> bool {
+    let engine_full = pod.engine.is_some_and(|(waiting, kv)| {
+        (policy.queue_depth_threshold > 0 && waiting >= policy.queue_depth_threshold)
+            || kv.is_some_and(|kv| kv >= policy.kv_usage_threshold)
+    });
+    pod.ttft_ms <= target_ms && !engine_full
+}
+
+/// Whether the candidates are saturated for a request under `policy` (no pod has room within
+/// the target), and then the Retry-After for it (see the module docs).
 pub(crate) fn saturated(policy: &AdmissionPolicy, pods: &[PodRoom]) -> Option<u64> {
     let target = f64::from(policy.ttft_target_ms);
+    if pods.iter().any(|p| has_room(policy, p, target)) {
+        return None;
+    }
     let best = best_ttft_ms(pods);
-    if best <= target {
-        return None;
-    }
-    let has_room = |p: &PodRoom| match p.engine {
-        Some((waiting, kv)) => {
-            waiting < policy.queue_depth_threshold && kv.unwrap_or(0.0) < policy.kv_usage_threshold
-        }
-        None => false,
-    };
-    if pods.iter().any(has_room) {
-        return None;
-    }
     let over_ms = if best.is_finite() {
-        (best - target).ceil() as u64
+        (best - target).max(0.0).ceil() as u64
     } else {
         u64::from(policy.ttft_target_ms)
     };
@@ -271,7 +277,7 @@ mod tests {
     }
 
     #[test]
-    fn saturated_only_when_every_pod_misses_and_no_engine_has_room() {
+    fn saturated_when_no_pod_is_predicted_in_time_or_every_engine_is_full() {
         let p = AdmissionPolicy::default();
         assert_eq!(
             saturated(&p, &[room(2_500.0, None), room(1_999.0, None)]),
@@ -283,15 +289,15 @@ mod tests {
             "at least a second"
         );
         assert_eq!(saturated(&p, &[room(6_500.4, None)]), Some(4_501));
-        // An engine with an empty queue and KV room vetoes the prediction.
-        assert_eq!(saturated(&p, &[room(6_500.0, Some((0, Some(0.5))))]), None);
-        assert!(saturated(&p, &[room(6_500.0, Some((0, Some(0.9))))]).is_some());
-        assert!(saturated(&p, &[room(6_500.0, Some((2, None)))]).is_some());
+        // An engine over llm-d's thresholds has no room, whatever the prediction.
+        assert!(saturated(&p, &[room(100.0, Some((5, Some(0.1))))]).is_some());
+        assert!(saturated(&p, &[room(100.0, Some((0, Some(0.8))))]).is_some());
+        assert_eq!(saturated(&p, &[room(100.0, Some((4, Some(0.79))))]), None);
         let off = AdmissionPolicy {
             queue_depth_threshold: 0,
             ..p
         };
-        assert!(saturated(&off, &[room(6_500.0, Some((0, None)))]).is_some());
+        assert_eq!(saturated(&off, &[room(100.0, Some((50, None)))]), None);
         assert!(saturated(&p, &[room(f64::NAN, None)]).is_some());
     }
 

@@ -66,6 +66,7 @@ impl Router {
         let queue = &self.admission[model.index()].queue;
         let waiting = saturated.is_some() || queue.len() > 0;
         if !waiting {
+            self.restrict_to_room(&req, &policy, f64::from(policy.ttft_target_ms));
             self.admission[model.index()].stats.admitted += 1;
             return Ok(Admitted::Routed(
                 self.select_and_commit(model, &req, job, now),
@@ -140,8 +141,17 @@ impl Router {
                 }
                 let left =
                     u64::from(policy.ttft_target_ms).saturating_sub(now.millis_since(queued_at));
-                let best = admission::best_ttft_ms(&self.scratch.rooms);
-                if best > left as f64 && priority <= 0 {
+                let left = left as f64;
+                let in_time = self
+                    .scratch
+                    .rooms
+                    .iter()
+                    .any(|r| admission::has_room(&policy, r, left));
+                if in_time {
+                    self.restrict_to_room(&req, &policy, left);
+                } else if priority > 0 {
+                    self.restrict_to_room(&req, &policy, f64::from(policy.ttft_target_ms));
+                } else {
                     let a = &mut self.admission[model.index()];
                     a.queue.remove(id, true);
                     a.stats.count_shed(ShedReason::Late);
@@ -242,5 +252,31 @@ impl Router {
             s.reuse.clear();
         }
         (job, saturated)
+    }
+
+    /// Leaves `least-ttft` (when the spec has it) only the candidates with room within
+    /// `target_ms` (see [`crate::admission`]), after [`Router::saturation`]; a no-op when none
+    /// has room.
+    fn restrict_to_room(
+        &mut self,
+        req: &RouteRequest<'_>,
+        policy: &AdmissionPolicy,
+        target_ms: f64,
+    ) {
+        let spec = req.strategy.unwrap_or(&self.config.default_strategy);
+        let s = &mut self.scratch;
+        if !spec.contains(Strategy::LeastTtft)
+            || !s
+                .rooms
+                .iter()
+                .any(|r| admission::has_room(policy, r, target_ms))
+        {
+            return;
+        }
+        for (cost, room) in s.costs.iter_mut().zip(&s.rooms) {
+            if !admission::has_room(policy, room, target_ms) {
+                *cost = f64::INFINITY;
+            }
+        }
     }
 }
