@@ -45,6 +45,7 @@ import "C"
 import (
 	"reflect"
 	"runtime"
+	"sort"
 	"time"
 	"unsafe"
 )
@@ -195,6 +196,13 @@ type Config struct {
 	HashSeed *uint64
 	// Health holds the pod-health rules (Envoy's outlier-detection defaults).
 	Health HealthConfig
+	// TTFT sets least-ttft's model by the names of the Envoy service's [ttft] TOML section:
+	// engine_block_tokens (the engine's KV block size in tokens, default 16), max_seqs,
+	// prefill_tokens_per_s, tpot_ms, overhead_ms, output_tokens, bytes_per_token,
+	// learning_rate, max_sample_ratio, snapshot_max_age_ms, tie_ms, stall_weight,
+	// explore_wait_ms. An unknown name or a value out of range (a count that is not whole) is
+	// StatusInvalidParameter.
+	TTFT map[string]float64
 }
 
 // HealthConfig holds the pod-health rules: outlier detection from completion outcomes and
@@ -321,6 +329,16 @@ func NewRouter(cfg Config) (*Router, error) {
 	}
 	if h.HealthyThreshold != 0 {
 		errs = append(errs, set(C.kvroute_config_builder_set_healthy_threshold(b, C.uint32_t(h.HealthyThreshold))))
+	}
+	keys := make([]string, 0, len(cfg.TTFT))
+	for k := range cfg.TTFT {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys) // the first error is the same on every run
+	for _, k := range keys {
+		p, n := stringArg(k)
+		errs = append(errs, set(C.kvroute_config_builder_set_ttft(b, p, n, C.double(cfg.TTFT[k]))))
+		runtime.KeepAlive(k)
 	}
 	runtime.KeepAlive(cfg.Strategy)
 	for _, err := range errs {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -580,5 +581,55 @@ func TestSessionAffinity(t *testing.T) {
 	}
 	if _, err := r.SessionID(1 << 40); !errors.Is(err, StatusUnknownTicket) {
 		t.Fatalf("SessionID of an unknown ticket: %v", err)
+	}
+}
+
+// predictedTTFT reads pred_ttft_ms from a decision's explanation.
+func predictedTTFT(t *testing.T, r *Router, ticket uint64) int {
+	t.Helper()
+	line, err := r.Explain(ticket)
+	if err != nil {
+		t.Fatalf("Explain: %v", err)
+	}
+	for _, w := range strings.Fields(line) {
+		if strings.HasPrefix(w, "pred_ttft_ms=") {
+			n, err := strconv.Atoi(strings.TrimPrefix(w, "pred_ttft_ms="))
+			if err != nil {
+				t.Fatalf("%q: %v", line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no prediction in %q", line)
+	return 0
+}
+
+func TestTTFTSettingsReachTheModel(t *testing.T) {
+	prompt := []byte(strings.Repeat("a long shared prompt. ", 400))
+	first := func(cfg Config) (int, int) {
+		r := newTestRouter(t, cfg, 1)
+		defer r.Close()
+		a, err := r.Route("study", prompt, "least-ttft", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := r.Route("study", prompt, "least-ttft", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return predictedTTFT(t, r, a.Ticket), predictedTTFT(t, r, b.Ticket)
+	}
+	def, _ := first(Config{Seed: 1})
+	slow, second := first(Config{Seed: 1, TTFT: map[string]float64{"prefill_tokens_per_s": 300, "max_seqs": 1}})
+	if slow <= 5*def {
+		t.Fatalf("a tenth of the prefill rate: %d ms vs %d ms", slow, def)
+	}
+	if second <= slow+def {
+		t.Fatalf("one slot: the second request waits (%d ms vs %d ms)", second, slow)
+	}
+	for _, bad := range []map[string]float64{{"prefill": 1}, {"max_seqs": 2.5}, {"learning_rate": 0}} {
+		if _, err := NewRouter(Config{TTFT: bad}); err != StatusInvalidParameter {
+			t.Fatalf("%v: got %v, want StatusInvalidParameter", bad, err)
+		}
 	}
 }

@@ -72,9 +72,12 @@ fn nonzero<T: Default + PartialEq>(v: T) -> Result<T, kvroute_status> {
 }
 
 /// Sets the strategy used when a route call names none (AIBrix's `ROUTING_ALGORITHM`):
-/// `spec` is `name[:weight][,name[:weight]...]` over `random`, `least-request`, `prefix-cache`
-/// and `least-ttft`, case-insensitive, for example `"least-ttft"` or
-/// `"prefix-cache:2,least-request:1"`. `(spec, spec_len)` is borrowed for the call only and need
+/// `spec` is `name[:weight][,name[:weight]...]` over `random`, `least-request`, `prefix-cache`,
+/// `least-ttft` and AIBrix's `least-kv-cache`, `least-gpu-cache`, `least-busy-time`,
+/// `least-utilization`, `least-latency`, `throughput`, `power-of-two` (not weightable) and
+/// `session-affinity`, case-insensitive, for example `"least-ttft"` or
+/// `"prefix-cache:2,least-request:1"`. The strategies that read engine metrics read what
+/// `kvroute_router_observe_engine()` reported. `(spec, spec_len)` is borrowed for the call only and need
 /// not be NUL-terminated.
 ///
 /// Returns `KVROUTE_STATUS_INVALID_STRATEGY` (builder unchanged) for a spec that does not parse,
@@ -90,6 +93,34 @@ pub extern "C" fn kvroute_config_builder_set_strategy(
         update(builder, |c| {
             c.default_strategy = StrategySpec::parse(spec)?;
             Ok(())
+        })
+    }
+}
+
+/// Sets one setting of least-ttft's TTFT model by name, as the Envoy service's `[ttft]` TOML
+/// section names it: `bytes_per_token`, `engine_block_tokens` (the engine's KV block size in
+/// tokens, default 16), `max_seqs` (default sequences per pod, default 256),
+/// `prefill_tokens_per_s`, `tpot_ms`, `overhead_ms`, `output_tokens`, `learning_rate`,
+/// `max_sample_ratio`, `snapshot_max_age_ms`, `tie_ms`, `stall_weight`, `explore_wait_ms`
+/// (defaults and meanings: kvroute-core's `TtftConfig`). Counts must be whole numbers.
+/// `(key, key_len)` is borrowed for the call only and need not be NUL-terminated.
+///
+/// Returns `KVROUTE_STATUS_INVALID_PARAMETER` (builder unchanged) for an unknown key or a value
+/// out of the setting's range, `KVROUTE_STATUS_INVALID_UTF8`, or
+/// `KVROUTE_STATUS_NULL_PARAMETER`.
+#[no_mangle]
+pub extern "C" fn kvroute_config_builder_set_ttft(
+    builder: *mut kvroute_config_builder,
+    key: *const u8,
+    key_len: usize,
+    value: f64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let key = try_str!(key, key_len);
+        update(builder, |c| {
+            c.ttft
+                .set(key, value)
+                .map_err(|_| kvroute_status::InvalidParameter)
         })
     }
 }

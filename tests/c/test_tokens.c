@@ -1,6 +1,8 @@
 /* The C API's token-id calls, from C: kvroute_token_block_keys (against golden values from an
  * independent implementation, tests/c/token_keys_golden.py), kvroute_router_route_tokens(_subset)
- * and kvroute_router_route_keys: routing and every status path; their _session variants.
+ * and kvroute_router_route_keys: routing and every status path; their _session variants; and
+ * least-ttft's settings by name (kvroute_config_builder_set_ttft), which token routing needs
+ * (the engine's block size in tokens).
  *
  * Usage: test_tokens */
 #include <inttypes.h>
@@ -263,7 +265,45 @@ static void test_route_tokens_session(void) {
   kvroute_router_free(r);
 }
 
+/* The predicted TTFT in the decision's explanation. */
+static unsigned long predicted_ttft_ms(kvroute_router *r, kvroute_ticket ticket) {
+  char line[1024];
+  size_t n = 0;
+  CHECK_STATUS(kvroute_router_explain(r, ticket, (uint8_t *)line, sizeof line, &n), KVROUTE_STATUS_OK);
+  const char *p = strstr(line, "pred_ttft_ms=");
+  CHECK(p != NULL);
+  return strtoul(p + strlen("pred_ttft_ms="), NULL, 10);
+}
+
+/* kvroute_config_builder_set_ttft: a slow prefill prior and one slot per pod show in the
+ * predictions; bad keys and values are refused. */
+static void test_ttft_settings(void) {
+  kvroute_config_builder *cb = kvroute_config_builder_new();
+  CHECK_STATUS(kvroute_config_builder_set_strategy(cb, S("least-ttft")), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_ttft(cb, S("prefill_tokens_per_s"), 300.0), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_ttft(cb, S("max_seqs"), 1.0), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_ttft(cb, S("engine_block_tokens"), 16.0), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_config_builder_set_ttft(cb, S("prefill_tokens"), 1.0), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_ttft(cb, S("max_seqs"), 0.5), KVROUTE_STATUS_INVALID_PARAMETER);
+  CHECK_STATUS(kvroute_config_builder_set_ttft(cb, NULL, 3, 1.0), KVROUTE_STATUS_NULL_PARAMETER);
+  kvroute_router *r = build_router(cb);
+  add_pod(r, "m", "a", "10.0.0.1:8000");
+  const char *prompt = "a long shared prompt, repeated to make a prefill worth predicting. ";
+  char text[8192] = {0};
+  for (int i = 0; i < 100; i++) strcat(text, prompt);
+  kvroute_decision first, second;
+  CHECK_STATUS(kvroute_router_route(r, S("m"), S(text), NULL, 0, 1, &first), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_route(r, S("m"), S(text), NULL, 0, 1, &second), KVROUTE_STATUS_OK);
+  unsigned long a = predicted_ttft_ms(r, first.ticket), b = predicted_ttft_ms(r, second.ticket);
+  CHECK(a > 1000); /* ~1,700 tokens at 300 tokens/s */
+  CHECK(b > a);    /* one slot: the second waits for the first */
+  CHECK_STATUS(kvroute_router_complete(r, first.ticket, KVROUTE_OUTCOME_SUCCESS, 2), KVROUTE_STATUS_OK);
+  CHECK_STATUS(kvroute_router_complete(r, second.ticket, KVROUTE_OUTCOME_SUCCESS, 3), KVROUTE_STATUS_OK);
+  kvroute_router_free(r);
+}
+
 int main(void) {
+  test_ttft_settings();
   test_token_block_keys();
   test_route_tokens();
   test_route_tokens_session();

@@ -722,3 +722,4 @@ fn health_settings_reach_the_router_and_completions_report_events() {
 
 mod session;
 mod tokens;
+mod ttft;

@@ -70,7 +70,77 @@ impl Default for TtftConfig {
     }
 }
 
+/// Why [`TtftConfig::set`] refused a setting.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TtftSettingError {
+    /// No field has this name.
+    #[error("unknown TTFT setting {0:?} (known: {known})", known = TtftConfig::KEYS.join(", "))]
+    UnknownKey(String),
+    /// The value is out of the field's range (or not a whole number for a count).
+    #[error("invalid value for TTFT setting {0}")]
+    InvalidValue(&'static str),
+}
+
 impl TtftConfig {
+    /// The settings' names, as [`TtftConfig::set`] and the shells' `[ttft]` sections take them.
+    pub const KEYS: [&'static str; 13] = [
+        "bytes_per_token",
+        "engine_block_tokens",
+        "max_seqs",
+        "prefill_tokens_per_s",
+        "tpot_ms",
+        "overhead_ms",
+        "output_tokens",
+        "learning_rate",
+        "max_sample_ratio",
+        "snapshot_max_age_ms",
+        "tie_ms",
+        "stall_weight",
+        "explore_wait_ms",
+    ];
+
+    /// Sets one field by its name ([`TtftConfig::KEYS`]) for shells that take settings as
+    /// key-value pairs (the C ABI). Counts (`engine_block_tokens`, `max_seqs`,
+    /// `snapshot_max_age_ms`) must be whole numbers in their type's range. On an error the
+    /// configuration is unchanged; a value that passes here is also valid for
+    /// [`crate::Router::new`].
+    pub fn set(&mut self, key: &str, value: f64) -> Result<(), TtftSettingError> {
+        let Some(&name) = TtftConfig::KEYS.iter().find(|k| **k == key) else {
+            return Err(TtftSettingError::UnknownKey(key.to_owned()));
+        };
+        let invalid = TtftSettingError::InvalidValue(name);
+        let whole = |max: f64| {
+            (value.is_finite() && value.fract() == 0.0 && (0.0..=max).contains(&value))
+                .then_some(value)
+                .ok_or(invalid.clone())
+        };
+        let mut next = self.clone();
+        match name {
+            "bytes_per_token" => next.bytes_per_token = value,
+            "engine_block_tokens" => next.engine_block_tokens = whole(f64::from(u32::MAX))? as u32,
+            "max_seqs" => next.max_seqs = whole(f64::from(u32::MAX))? as u32,
+            "prefill_tokens_per_s" => next.prefill_tokens_per_s = value,
+            "tpot_ms" => next.tpot_ms = value,
+            "overhead_ms" => next.overhead_ms = value,
+            "output_tokens" => next.output_tokens = value,
+            "learning_rate" => next.learning_rate = value,
+            "max_sample_ratio" => next.max_sample_ratio = value,
+            // 2^53: every whole f64 below it is exact.
+            "snapshot_max_age_ms" => {
+                next.snapshot_max_age_ms = whole(9_007_199_254_740_992.0)? as u64
+            }
+            "tie_ms" => next.tie_ms = value,
+            "stall_weight" => next.stall_weight = value,
+            _ => next.explore_wait_ms = value,
+        }
+        if next.invalid_field().is_some() {
+            return Err(invalid);
+        }
+        *self = next;
+        Ok(())
+    }
+
     /// The name of the first invalid field, if any.
     pub(crate) fn invalid_field(&self) -> Option<&'static str> {
         let positive = |v: f64| v.is_finite() && v > 0.0;
@@ -117,6 +187,48 @@ impl TtftConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settings_by_name_check_their_values_and_leave_the_config_alone_on_errors() {
+        let mut c = TtftConfig::default();
+        for key in TtftConfig::KEYS {
+            let before = c.clone();
+            assert_eq!(
+                c.set(key, -1.0),
+                Err(TtftSettingError::InvalidValue(key)),
+                "{key}"
+            );
+            assert_eq!(c, before);
+        }
+        c.set("max_seqs", 8.0).unwrap();
+        c.set("prefill_tokens_per_s", 12_500.0).unwrap();
+        c.set("snapshot_max_age_ms", 500.0).unwrap();
+        assert_eq!(
+            (c.max_seqs, c.prefill_tokens_per_s, c.snapshot_max_age_ms),
+            (8, 12_500.0, 500)
+        );
+        assert!(matches!(
+            c.set("max_seqs", 2.5),
+            Err(TtftSettingError::InvalidValue(_))
+        ));
+        assert!(matches!(
+            c.set("max_seqs", 0.0),
+            Err(TtftSettingError::InvalidValue(_))
+        ));
+        assert!(matches!(
+            c.set("engine_block_tokens", 5e9),
+            Err(TtftSettingError::InvalidValue(_))
+        ));
+        assert!(matches!(
+            c.set("learning_rate", f64::NAN),
+            Err(TtftSettingError::InvalidValue(_))
+        ));
+        assert!(matches!(
+            c.set("TPOT_MS", 40.0),
+            Err(TtftSettingError::UnknownKey(_))
+        ));
+        assert_eq!(c.invalid_field(), None);
+    }
 
     #[test]
     fn every_invalid_field_is_named() {

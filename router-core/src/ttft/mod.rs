@@ -132,7 +132,7 @@ mod estimate;
 mod learn;
 mod learned;
 
-pub use config::TtftConfig;
+pub use config::{TtftConfig, TtftSettingError};
 pub use engine::EngineSnapshot;
 pub(crate) use engine::{EngineRateBase, ObservedEngine, RoutedTotals};
 pub(crate) use estimate::{commit, estimate, predicted_end, Estimate, Job};
