@@ -30,6 +30,8 @@ test-e2e: $(ENVOY_BIN)
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test discovery -- --ignored --nocapture
 	# Every AIBrix strategy name through Envoy; session-affinity's x-session-id round trip.
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test aibrix_strategies -- --ignored --test-threads 2
+	# Admission under saturation: held requests served, sheddable ones 429, a client gone leaves the queue (about 10 s).
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test admission -- --ignored
 	# Two kvroute-ext-proc replicas behind one Envoy, fed by the same engines' KV events.
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test kv_events_envoy -- --ignored --exact two_router_replicas_share_the_engines_view
 	# The READMEs' commands as written: ext-proc Quick start, envoy/README.md, make demo's script at its end and on Ctrl-C (a few seconds).

@@ -89,7 +89,7 @@ pub enum Command {
         /// given: it must be valid where Envoy runs).
         #[arg(long)]
         inline: bool,
-        /// The pods as Envoy's own cluster (for [discovery] source = "envoy"):
+        /// The pods as Envoy's own cluster (for `[discovery] source = "envoy"`):
         /// static:IP:PORT[,IP:PORT...] or dns:HOST:PORT (a headless Service). Envoy's health
         /// checks and outlier detection then decide which pods kvroute may pick.
         #[arg(long, value_name = "static:...|dns:HOST:PORT")]

@@ -84,6 +84,9 @@ pub enum ConfigError {
     /// A `[kv_events."<model>"]` section (or a pod's `kv_events_*`) is invalid.
     #[error("invalid KV-event subscription: {0}")]
     KvEvents(String),
+    /// `[admission]` is invalid.
+    #[error(transparent)]
+    Admission(#[from] crate::admission::AdmissionConfigError),
 }
 
 /// The TOML file as written. Every key is optional; see `ext-proc/README.md` for the format.
@@ -126,6 +129,9 @@ pub struct FileConfig {
     /// `[kv_events."<model>"]`: models whose engines publish KV events ([`crate::kv_events`]).
     #[serde(default)]
     pub kv_events: BTreeMap<String, crate::kv_events::KvEventsSection>,
+    /// `[admission]`: holding or shedding requests under saturation ([`crate::admission`]).
+    #[serde(default)]
+    pub admission: crate::admission::AdmissionSection,
 }
 
 /// `[listen]`: where the service listens. Changing these needs a restart.
@@ -361,6 +367,8 @@ pub struct Config {
     pub tokenizers: BTreeMap<String, crate::tokenize::TokenizerSpec>,
     /// Models whose engines publish KV events, by router model name.
     pub kv_events: BTreeMap<String, crate::kv_events::KvEventsSpec>,
+    /// Admission: the request headers read, and each router model's policy.
+    pub admission: crate::admission::AdmissionConfig,
 }
 
 impl Config {
@@ -527,6 +535,9 @@ pub fn build(
     let kv_events =
         crate::kv_events::validate(&file.kv_events, &file.tokenizers, &models, &discovery)
             .map_err(ConfigError::KvEvents)?;
+    let admission = file
+        .admission
+        .build(discovery.is_static().then_some(&models))?;
     Ok(Config {
         grpc_listen: o
             .grpc_listen
@@ -559,6 +570,7 @@ pub fn build(
             .collect::<Result<_, String>>()
             .map_err(ConfigError::Tokenizer)?,
         kv_events,
+        admission,
     })
 }
 

@@ -1,10 +1,13 @@
 //! Renders `envoy/envoy.template.yaml` for a kvroute [`Config`]: Envoy's listener and admin
 //! addresses, the ext_proc address (kvroute's gRPC listener), the round-robin fallback pool
 //! (every configured pod), the buffer limit, kvroute's body limit (in Envoy's own 413 message)
-//! the response-headers phase, and TLS to kvroute when its listeners serve it.
+//! the response-headers phase, TLS to kvroute when its listeners serve it, the ext_proc
+//! filter's `max_message_timeout` (the longest admission hold) and, when `[admission]` has a
+//! model, the request attributes carrying its headers.
 
 use std::net::SocketAddr;
 
+use crate::admission::{attribute_expression, max_message_timeout_secs};
 use crate::config::Config;
 
 /// The template, shipped in `envoy/`.
@@ -91,6 +94,17 @@ pub fn render(config: &Config, opts: &EnvoyOptions) -> String {
             .collect()
     };
     let buffer = config.max_body_bytes.saturating_mul(2);
+    let admission = if config.admission.is_on() {
+        config
+            .admission
+            .headers
+            .names()
+            .into_iter()
+            .map(|name| format!("\n              - '{}'", attribute_expression(name)))
+            .collect()
+    } else {
+        " none (admission is off)".to_owned()
+    };
     TEMPLATE
         .replace("__ADMIN_ADDRESS__", &ip(opts.admin))
         .replace("__ADMIN_PORT__", &opts.admin.port().to_string())
@@ -109,6 +123,11 @@ pub fn render(config: &Config, opts: &EnvoyOptions) -> String {
         .replace("__EXT_PROC_ADDRESS__", &ip(config.grpc_listen))
         .replace("__EXT_PROC_PORT__", &config.grpc_listen.port().to_string())
         .replace("__FALLBACK_ENDPOINTS__", &endpoints)
+        .replace(
+            "__MAX_MESSAGE_TIMEOUT__",
+            &format!("{}s", max_message_timeout_secs()),
+        )
+        .replace("__ADMISSION_ATTRIBUTES__", &admission)
         .replace(
             "__EXT_PROC_TLS__",
             &opts.tls.as_ref().map(transport_socket).unwrap_or_default(),
@@ -149,6 +168,29 @@ mod tests {
             assert_eq!(TEMPLATE.matches(&line).count(), 1, "{line}");
         }
         assert!(TEMPLATE.contains("request_header_mode: SKIP"));
+    }
+
+    #[test]
+    fn admission_adds_its_header_attributes_and_the_timer_always_covers_a_hold() {
+        let off = render(&example(), &EnvoyOptions::default());
+        assert!(off.contains("max_message_timeout: 121s\n"));
+        assert!(!off.contains("x-kvroute-priority"));
+        let text = include_str!("../../envoy/kvroute.example.toml").to_owned()
+            + "[admission]\ntenant_header = \"x-gateway-inference-fairness-id\"\n\
+               [admission.objectives]\nbatch = -1\n\
+               [admission.models.study]\nttft_target_ms = 2000\n";
+        let file = parse_toml(&text, std::path::Path::new("t.toml")).unwrap();
+        let c = build(file, &EnvSnapshot::default(), &Overrides::default(), 0).unwrap();
+        let on = render(&c, &EnvoyOptions::default());
+        for name in [
+            "x-kvroute-priority",
+            "x-gateway-inference-fairness-id",
+            "x-gateway-inference-objective",
+        ] {
+            let line = format!("              - '{}'\n", attribute_expression(name));
+            assert_eq!(on.matches(&line).count(), 1, "{line} in\n{on}");
+        }
+        assert!(!on.contains("__"));
     }
 
     #[test]

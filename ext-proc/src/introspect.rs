@@ -183,6 +183,31 @@ pub fn config(config: &Config) -> Value {
         "stream_timing": { "max_streams": config.max_timed_streams },
         "discovery": discovery,
         "models": models,
+        "admission": admission(&config.admission),
+    })
+}
+
+/// `[admission]` as in force: the headers read and each model's policy.
+fn admission(a: &crate::admission::AdmissionConfig) -> Value {
+    let models: serde_json::Map<String, Value> = a
+        .policies
+        .iter()
+        .map(|(m, p)| {
+            let p = json!({
+                "ttft_target_ms": p.ttft_target_ms,
+                "max_queue": p.max_queue,
+                "queue_timeout_ms": p.queue_timeout_ms,
+                "queue_depth_threshold": p.queue_depth_threshold,
+                "kv_usage_threshold": p.kv_usage_threshold,
+            });
+            (m.clone(), p)
+        })
+        .collect();
+    json!({
+        "priority_header": a.headers.priority,
+        "tenant_header": a.headers.tenant,
+        "objectives": a.headers.objectives,
+        "models": models,
     })
 }
 
@@ -241,5 +266,11 @@ mod tests {
         assert_eq!(pods[0]["health"]["ejected"], false);
         let cfg = config(&c);
         assert_eq!(cfg["models"]["m"][0]["address"], "10.0.0.1:80");
+        assert_eq!(cfg["admission"]["models"], json!({}));
+        let c = from_toml("[models.m]\npods = []\nallow_no_pods = true\n[admission.models.m]\nttft_target_ms = 900");
+        let a = &config(&c)["admission"];
+        assert_eq!(a["priority_header"], "x-kvroute-priority");
+        assert_eq!(a["models"]["m"]["ttft_target_ms"], 900);
+        assert_eq!(a["models"]["m"]["max_queue"], 256);
     }
 }

@@ -13,7 +13,8 @@
 //!
 //! Modules: [`service`] (gRPC service) → [`stream`] (per-request state machine) →
 //! [`extract`] (prompt), [`respond`] (replies), [`ticket_guard`] (exactly-once release),
-//! [`stream_timing`] (first token and usage of a few streamed responses);
+//! [`stream_timing`] (first token and usage of a few streamed responses), [`admission`]
+//! (requests held or shed under saturation);
 //! [`shared`] (router + settings), [`metrics`], [`admin`], [`maintenance`] (router timers),
 //! [`reload`] (SIGHUP / file change), [`scrape`] (engine `/metrics` → the core, and the
 //! active health checks), [`kv_events`] (engine KV-cache events → the core's engine views), [`health`] (outcomes and the `[health]` section), [`shutdown`],
@@ -23,6 +24,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod admin;
+pub mod admission;
 pub mod cli;
 pub mod config;
 pub mod connection;
@@ -144,7 +146,8 @@ fn log_loaded(config: &Config, path: Option<&std::path::Path>) {
 
 /// Everything of the service but the ext_proc server, running on the current tokio runtime:
 /// the router and its metrics ([`Shared`]), the admin listener (`/metrics`, `/healthz`,
-/// `/readyz`, `/debug/*`), the router's timers, pod discovery, the engine scraper and
+/// `/readyz`, `/debug/*`), the router's timers, admission's pump ([`admission::run`]), pod
+/// discovery, the engine scraper and
 /// active health checks, and configuration reload. The in-Envoy module (crate
 /// `kvroute-envoy`) runs this on a thread of its own and routes on [`Background::shared`].
 #[derive(Debug)]
@@ -187,6 +190,7 @@ impl Background {
             stop_rx.clone(),
         ));
         tokio::spawn(maintenance::run(shared.clone(), stop_rx.clone()));
+        tokio::spawn(admission::run(shared.clone(), stop_rx.clone()));
         discovery.spawn(shared.clone(), stop_rx.clone());
         tokio::spawn(scrape::run(shared.clone(), stop_rx.clone()));
         tokio::spawn(kv_events::run(shared.clone(), kv_status, stop_rx.clone()));

@@ -25,5 +25,7 @@ pub async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
         }
         let now = shared.now();
         shared.router.lock().handle_timeout(now);
+        // Tickets expired, pods readmitted: capacity for the held requests.
+        shared.holds.kick();
     }
 }

@@ -19,13 +19,14 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use crate::admission::metrics::AdmissionMetrics;
 use crate::engines::EngineTable;
 
 /// A metric's label pairs.
 pub(crate) type Labels = Vec<(&'static str, String)>;
 
 /// Time to first token: 14 exponential buckets from 10 ms, factor 2 (up to 82 s).
-fn ttft_histogram() -> Histogram {
+pub(crate) fn ttft_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.01, 2.0, 14))
 }
 
@@ -53,10 +54,12 @@ pub struct Metrics {
     tokenize_latency: Family<Labels, Histogram, fn() -> Histogram>,
     /// Whether any timed response's body has reached kvroute.
     timed_body_seen: AtomicBool,
+    /// Admission's metrics ([`crate::admission::metrics`]).
+    pub admission: AdmissionMetrics,
 }
 
 /// Every `kvroute_requests_rejected_total{kind}` ([`crate::respond::Reject::kind`]).
-pub const REJECT_KINDS: [&str; 7] = [
+pub const REJECT_KINDS: [&str; 8] = [
     "model_not_found",
     "no_ready_pod",
     "no_pod_in_subset",
@@ -64,6 +67,7 @@ pub const REJECT_KINDS: [&str; 7] = [
     "bad_body",
     "no_messages",
     "too_large",
+    "shed",
 ];
 
 /// Every `kvroute_ext_proc_stream_ends_total{how}` ([`crate::service`]).
@@ -96,6 +100,7 @@ impl Metrics {
             tokenized: Family::default(),
             tokenize_latency: Family::new_with_constructor(latency_histogram as fn() -> Histogram),
             timed_body_seen: AtomicBool::new(false),
+            admission: AdmissionMetrics::register(registry, router.clone()),
         };
         registry.register(
             "aibrix_prefix_cache_routing_latency_seconds",

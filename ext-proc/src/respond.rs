@@ -215,6 +215,25 @@ pub fn stream_body_mode() -> ProcessingMode {
     }
 }
 
+/// `Retry-After` for a wait of `ms`: whole seconds, rounded up, at least 1.
+pub fn retry_after_secs(ms: u64) -> u64 {
+    ms.div_ceil(1_000).max(1)
+}
+
+/// A reply that only extends Envoy's timer for the message kvroute is answering
+/// (`override_message_timeout`: Envoy ignores its other fields, keeps waiting for the real
+/// reply, and honours it once per message, up to its filter's `max_message_timeout`). Sent
+/// when [`crate::admission`] holds a request.
+pub fn extend_message_timeout(timeout: std::time::Duration) -> ProcessingResponse {
+    ProcessingResponse {
+        override_message_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            nanos: i32::try_from(timeout.subsec_nanos()).unwrap_or(0),
+        }),
+        ..Default::default()
+    }
+}
+
 /// A request kvroute answers itself, with AIBrix's status, marker header and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reject {
@@ -237,6 +256,19 @@ pub enum Reject {
         /// The configured limit.
         limit: usize,
     },
+    /// 429: admission shed the request ([`crate::admission`]; `x-kvroute-shed: <reason>`,
+    /// `Retry-After` in whole seconds, rounded up, and `retry-after-ms`, which OpenAI's SDKs
+    /// read first).
+    Shed {
+        /// The router model.
+        model: String,
+        /// Why: `saturated`, `queue_full`, `deadline`, `late` (the core's
+        /// [`kvroute_core::ShedReason`]) or `would_queue` (kvroute cannot hold it: the
+        /// in-Envoy module).
+        reason: &'static str,
+        /// When to try again, ms.
+        retry_after_ms: u64,
+    },
 }
 
 impl Reject {
@@ -251,6 +283,11 @@ impl Reject {
             Reject::BadBody("b".into()),
             Reject::NoMessages,
             Reject::TooLarge { limit: 1 },
+            Reject::Shed {
+                model: "m".into(),
+                reason: "queue_full",
+                retry_after_ms: 1_500,
+            },
         ]
     }
 
@@ -263,6 +300,7 @@ impl Reject {
             | Reject::NoMessages => 400,
             Reject::NoReadyPod(_) | Reject::NoPodInSubset(_) => 503,
             Reject::TooLarge { .. } => 413,
+            Reject::Shed { .. } => 429,
         }
     }
 
@@ -276,6 +314,7 @@ impl Reject {
             Reject::BadBody(_) => "bad_body",
             Reject::NoMessages => "no_messages",
             Reject::TooLarge { .. } => "too_large",
+            Reject::Shed { .. } => "shed",
         }
     }
 
@@ -340,6 +379,20 @@ impl Reject {
                 BODY,
                 b"true".to_vec(),
             ),
+            Reject::Shed {
+                model,
+                reason,
+                retry_after_ms,
+            } => (
+                format!(
+                    "model {model} is saturated: request shed ({reason}); retry after {} s",
+                    retry_after_secs(*retry_after_ms)
+                ),
+                Some("rate_limit_exceeded"),
+                None,
+                "x-kvroute-shed",
+                reason.as_bytes().to_vec(),
+            ),
         }
     }
 
@@ -348,6 +401,7 @@ impl Reject {
         let (message, code, param, _, _) = self.parts();
         let error_type = match self.status() {
             400 | 404 => "invalid_request_error",
+            429 => "rate_limit_error",
             503 => "overloaded_error",
             _ => "api_error",
         };
@@ -356,15 +410,20 @@ impl Reject {
     }
 
     /// The reply's headers: `request-id` (when known) first, `content-type`, the marker
-    /// header.
+    /// header, and for a shed request `retry-after` and `retry-after-ms`.
     pub fn headers(&self, request_id: Option<&str>) -> Vec<(&'static str, Vec<u8>)> {
         let (_, _, _, marker, marker_value) = self.parts();
-        let mut headers = Vec::with_capacity(3);
+        let mut headers = Vec::with_capacity(5);
         if let Some(id) = request_id {
             headers.push(("request-id", echoed_value(id)));
         }
         headers.push(("content-type", b"application/json".to_vec()));
         headers.push((marker, marker_value));
+        if let Reject::Shed { retry_after_ms, .. } = self {
+            let secs = retry_after_secs(*retry_after_ms);
+            headers.push(("retry-after", secs.to_string().into_bytes()));
+            headers.push(("retry-after-ms", retry_after_ms.to_string().into_bytes()));
+        }
         headers
     }
 
@@ -477,6 +536,38 @@ mod tests {
                 "x-error-request-body-processing"
             ]
         );
+    }
+
+    #[test]
+    fn a_shed_request_gets_429_retry_after_and_an_openai_style_body() {
+        let r = Reject::Shed {
+            model: "m".into(),
+            reason: "deadline",
+            retry_after_ms: 1_001,
+        };
+        assert_eq!((r.status(), r.kind()), (429, "shed"));
+        let body: serde_json::Value = serde_json::from_slice(&r.body()).unwrap();
+        assert_eq!(body["error"]["type"], "rate_limit_error");
+        assert_eq!(body["error"]["code"], "rate_limit_exceeded");
+        assert_eq!(
+            body["error"]["message"],
+            "model m is saturated: request shed (deadline); retry after 2 s"
+        );
+        let headers = r.headers(None);
+        let get = |k: &str| {
+            headers
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        };
+        assert_eq!(get("retry-after").as_deref(), Some("2"));
+        assert_eq!(get("retry-after-ms").as_deref(), Some("1001"));
+        assert_eq!(get("x-kvroute-shed").as_deref(), Some("deadline"));
+        assert_eq!(retry_after_secs(0), 1);
+        assert_eq!(retry_after_secs(3_000), 3);
+        let t = extend_message_timeout(std::time::Duration::from_millis(31_500));
+        let d = t.override_message_timeout.unwrap();
+        assert_eq!((d.seconds, d.nanos, t.response), (31, 500_000_000, None));
     }
 
     #[test]

@@ -1,17 +1,23 @@
 //! One request's routing, independent of how Envoy talks to kvroute: read the request headers
-//! ([`RequestInfo`]), extract the prompt and route ([`route_body`], [`route_without_body`]),
+//! ([`RequestInfo`]), extract the prompt and route ([`route_body`], [`route_without_body`];
+//! [`admit_body`], [`admit_without_body`] for a caller that holds what admission queues),
 //! and say which headers go upstream ([`upstream_headers`]) and back to the client
 //! ([`on_response_headers`]). The ext_proc stream ([`crate::stream`]) and the in-Envoy module
 //! (crate `kvroute-envoy`) both drive it, so the two paths read requests, decide, reject and
 //! name headers the same way.
 //!
 //! Locking rule ([`crate::shared`]): the prompt is hashed outside the router lock; the
-//! decision is one short `route` call under it.
+//! decision is one short `admit` call under it ([`crate::admission`]: without a policy for
+//! the model, `admit` is `route`).
 
 use std::sync::Arc;
 
-use kvroute_core::{BlockExtras, Decision, PromptTokens, RouteError, RouteRequest, StrategySpec};
+use kvroute_core::{
+    Admitted, BlockExtras, BlockHash, Decision, PromptTokens, QueueId, RouteError, RouteRequest,
+    StrategySpec,
+};
 
+use crate::admission::{self, metrics::Outcome, AdmissionInputs, Held};
 use crate::extract::{extract, reject, Endpoint};
 use crate::health::ResponseEnd;
 use crate::respond::{echoed_value, Reject, DESTINATION_HEADER};
@@ -35,6 +41,9 @@ pub struct RequestInfo {
     pub model: Option<String>,
     /// `x-session-id` (AIBrix's session-affinity: base64 of the session's pod `ip:port`).
     pub session_id: Option<String>,
+    /// The `[admission]` headers (priority, tenant, GIE objective), read by
+    /// [`AdmissionInputs::read_header`] with the configured names.
+    pub admission: AdmissionInputs,
 }
 
 impl RequestInfo {
@@ -120,25 +129,46 @@ pub struct RouteInputs<'a> {
     pub subset: Option<&'a [String]>,
 }
 
+/// What admission made of a request: routed, or held until the router dispatches it,
+/// sheds it, or its client leaves ([`crate::admission`]).
+#[derive(Debug)]
+pub enum Admission {
+    /// Routed now.
+    Routed(Box<Routed>),
+    /// Held: await [`Held::verdict`].
+    Held(Held),
+}
+
 /// Extracts the model and prompt from a whole request body and routes on them: on token
 /// blocks when the model has a tokenizer ([`crate::tokenize`], tokenized here), else on text
-/// blocks.
+/// blocks. For a caller that cannot hold a request (the in-Envoy module): [`route_now`].
 pub fn route_body(
     shared: &Arc<Shared>,
     at: RouteInputs<'_>,
     body: &[u8],
 ) -> Result<Routed, Reject> {
-    route_body_tokenized(shared, at, body, None)
+    route_now(shared, key_body(shared, at, body, None)?)
 }
 
-/// [`route_body`] with the body's tokenization already done elsewhere (`Some`: the result of
-/// [`tokenize_body`], which kvroute-ext-proc runs on its bounded pool); `None` tokenizes here.
-pub fn route_body_tokenized(
+/// [`route_body`] for a caller that holds requests (the ext_proc stream: [`admit`]), with the
+/// body's tokenization already done elsewhere (`Some`: the result of [`tokenize_body`], which
+/// kvroute-ext-proc runs on its bounded pool; `None` tokenizes here).
+pub fn admit_body(
     shared: &Arc<Shared>,
     at: RouteInputs<'_>,
     body: &[u8],
     tokenized: Option<Option<Tokenized>>,
-) -> Result<Routed, Reject> {
+) -> Result<Admission, Reject> {
+    admit(shared, key_body(shared, at, body, tokenized)?)
+}
+
+/// Extracts the body's model, prompt and output-token limit, and keys the prompt.
+fn key_body(
+    shared: &Arc<Shared>,
+    at: RouteInputs<'_>,
+    body: &[u8],
+    tokenized: Option<Option<Tokenized>>,
+) -> Result<KeyedRequest, Reject> {
     let endpoint = Endpoint::from_path(&at.info.path);
     let extracted = extract(endpoint, body).map_err(reject)?;
     let model = extracted.model.as_deref().unwrap_or("");
@@ -147,7 +177,7 @@ pub fn route_body_tokenized(
         Some(t) => Prompt::Tokens(t),
         None => Prompt::Text(extracted.prompt.as_bytes()),
     };
-    route(shared, at, model, prompt, extracted.max_output_tokens)
+    Ok(key(shared, at, model, prompt, extracted.max_output_tokens))
 }
 
 /// The body's prompt as token ids, when the model it names has a tokenizer; `None` otherwise,
@@ -181,14 +211,24 @@ pub enum Prompt<'a> {
     Tokens(&'a Tokenized),
 }
 
-/// Routes a request without a body: its `model` header, else the default model, no prompt.
+/// Routes a request without a body: its `model` header, else the default model, no prompt
+/// ([`route_now`]).
 pub fn route_without_body(shared: &Arc<Shared>, at: RouteInputs<'_>) -> Result<Routed, Reject> {
+    route_now(shared, key_without_body(shared, at))
+}
+
+/// [`route_without_body`] for a caller that holds requests ([`admit`]).
+pub fn admit_without_body(shared: &Arc<Shared>, at: RouteInputs<'_>) -> Result<Admission, Reject> {
+    admit(shared, key_without_body(shared, at))
+}
+
+fn key_without_body(shared: &Arc<Shared>, at: RouteInputs<'_>) -> KeyedRequest {
     let model = at
         .info
         .model
         .clone()
         .or_else(|| shared.settings().default_model.clone());
-    route(
+    key(
         shared,
         at,
         model.as_deref().unwrap_or(""),
@@ -197,16 +237,73 @@ pub fn route_without_body(shared: &Arc<Shared>, at: RouteInputs<'_>) -> Result<R
     )
 }
 
-/// Keys `prompt`'s blocks outside the router lock, then routes under it (with the body's
-/// output-token limit, if any), records the decision and its metrics. A reload that changes
-/// the hashing between the two locks only costs this request its prefix match.
-pub fn route(
-    shared: &Arc<Shared>,
+/// A request keyed for the router, owning all it is routed with, so that a held one can be
+/// offered again later ([`crate::admission`]).
+#[derive(Debug)]
+pub struct KeyedRequest {
+    /// The router model.
+    pub model: Arc<str>,
+    /// The parsed `routing-strategy`, if any.
+    pub strategy: Option<StrategySpec>,
+    /// The prompt's block keys.
+    pub hashes: Vec<BlockHash>,
+    /// Token counts when `hashes` are token-block keys.
+    pub tokens: Option<PromptTokens>,
+    /// The body's output-token limit.
+    pub max_output_tokens: Option<u32>,
+    /// The gateway's endpoint subset hint.
+    pub subset: Option<Vec<String>>,
+    /// `x-session-id`.
+    pub session_id: Option<String>,
+    /// Admission priority.
+    pub priority: i32,
+    /// Admission tenant.
+    pub tenant: Option<String>,
+    /// The strategy as echoed in `routing-strategy` (the client's, else the default's text).
+    pub strategy_text: String,
+    /// `x-request-id`, for the decision log and the logs.
+    pub request_id: Option<String>,
+}
+
+impl KeyedRequest {
+    /// Calls `f` with the request as the router takes it.
+    pub fn with_request<R>(&self, f: impl FnOnce(RouteRequest<'_>) -> R) -> R {
+        let subset: Option<Vec<&str>> = self
+            .subset
+            .as_ref()
+            .map(|s| s.iter().map(String::as_str).collect());
+        let req = RouteRequest {
+            strategy: self.strategy.as_ref(),
+            tokens: self.tokens,
+            max_output_tokens: self.max_output_tokens,
+            endpoint_subset: subset.as_deref(),
+            session_id: self.session_id.as_deref(),
+            ..RouteRequest::new(&self.model, &self.hashes)
+        }
+        .with_priority(self.priority, self.tenant.as_deref());
+        f(req)
+    }
+}
+
+/// The rejection for a routing error on `model`.
+pub fn route_error(e: RouteError, model: &str) -> Reject {
+    match e {
+        RouteError::UnknownModel => Reject::UnknownModel(model.to_owned()),
+        RouteError::NoPodInSubset => Reject::NoPodInSubset(model.to_owned()),
+        _ => Reject::NoReadyPod(model.to_owned()),
+    }
+}
+
+/// Keys `prompt`'s blocks (outside the router lock) for the router model, with everything
+/// else the request is routed with (the body's output-token limit, if any). A reload that
+/// changes the hashing before the request is admitted only costs it its prefix match.
+pub fn key(
+    shared: &Shared,
     at: RouteInputs<'_>,
     model: &str,
     prompt: Prompt<'_>,
     max_output_tokens: Option<u32>,
-) -> Result<Routed, Reject> {
+) -> KeyedRequest {
     let settings = shared.settings();
     let model = settings.routing_model.as_deref().unwrap_or(model);
     let hash = shared.router.lock().hash_config();
@@ -232,30 +329,115 @@ pub fn route(
             (keys, Some(size))
         }
     };
-    let subset: Option<Vec<&str>> = at.subset.map(|s| s.iter().map(String::as_str).collect());
-    let now = shared.now();
-    let started = std::time::Instant::now();
-    let req = RouteRequest {
-        model,
-        strategy: at.strategy,
-        hashes: &hashes,
+    KeyedRequest {
+        model: Arc::from(model),
+        strategy: at.strategy.cloned(),
+        hashes,
         tokens,
         max_output_tokens,
-        endpoint_subset: subset.as_deref(),
-        session_id: at.info.session_id.as_deref(),
-        ..RouteRequest::new(model, &hashes)
-    };
-    let result = shared.router.lock().route(req, now);
-    let decision = match result {
-        Ok(d) => d,
-        Err(RouteError::UnknownModel) => return Err(Reject::UnknownModel(model.to_owned())),
-        Err(RouteError::NoPodInSubset) => return Err(Reject::NoPodInSubset(model.to_owned())),
-        Err(_) => return Err(Reject::NoReadyPod(model.to_owned())),
-    };
+        subset: at.subset.map(<[String]>::to_vec),
+        session_id: at.info.session_id.clone(),
+        priority: at.info.admission.priority(&settings.admission),
+        tenant: at.info.admission.tenant.clone(),
+        strategy_text: match &at.info.strategy {
+            Some(s) => s.clone(),
+            None => settings.default_strategy_text.clone(),
+        },
+        request_id: at.info.request_id.clone(),
+    }
+}
+
+/// What one `admit` call decided.
+enum Decided {
+    Routed(Box<Routed>),
+    /// Queued as this id, under a policy with this queue timeout (ms).
+    Queued(QueueId, u64),
+}
+
+/// Admits `keyed` under the router lock: routed (the decision recorded with its metrics),
+/// queued, or shed (429). Counts the outcome when the model has a policy.
+fn decide(shared: &Arc<Shared>, keyed: &KeyedRequest) -> Result<Decided, Reject> {
+    let now = shared.now();
+    let started = std::time::Instant::now();
+    let mut router = shared.router.lock();
+    let result = keyed.with_request(|req| router.admit(req, now));
+    let policy = router.admission_policy(&keyed.model);
+    drop(router);
+    // An arrival: a moment to offer the held requests again.
+    shared.holds.kick();
+    let model = &*keyed.model;
+    let m = &shared.metrics.admission;
+    match result {
+        Ok(Admitted::Routed(d)) => {
+            if policy.is_some() {
+                m.count(model, Outcome::Admitted, "none", keyed.priority);
+            }
+            let seconds = started.elapsed().as_secs_f64();
+            Ok(Decided::Routed(Box::new(finish(shared, keyed, d, seconds))))
+        }
+        // Queued under a policy (its timeout; the longest allowed if it is gone already).
+        Ok(Admitted::Queued(id)) => Ok(Decided::Queued(
+            id,
+            policy.map_or(admission::MAX_QUEUE_TIMEOUT_MS, |p| p.queue_timeout_ms),
+        )),
+        Ok(Admitted::Shed(s)) => {
+            m.count(model, Outcome::Shed, s.reason.as_str(), keyed.priority);
+            Err(Reject::Shed {
+                model: model.to_owned(),
+                reason: s.reason.as_str(),
+                retry_after_ms: s.retry_after_ms,
+            })
+        }
+        Err(e) => Err(route_error(e, model)),
+    }
+}
+
+/// Admits `keyed`, holding it when the router queues it (the ext_proc stream).
+pub fn admit(shared: &Arc<Shared>, keyed: KeyedRequest) -> Result<Admission, Reject> {
+    Ok(match decide(shared, &keyed)? {
+        Decided::Routed(r) => Admission::Routed(r),
+        Decided::Queued(id, timeout_ms) => {
+            let m = &shared.metrics.admission;
+            m.count(&keyed.model, Outcome::Queued, "none", keyed.priority);
+            Admission::Held(Held::register(shared, id, keyed, timeout_ms))
+        }
+    })
+}
+
+/// Routes `keyed` now, for a caller that cannot hold a request (the in-Envoy module): one
+/// the router queues is taken out of the queue at once and shed ([`Reject::Shed`],
+/// `would_queue`, Retry-After [`admission::WOULD_QUEUE_RETRY_AFTER_MS`]).
+pub fn route_now(shared: &Arc<Shared>, keyed: KeyedRequest) -> Result<Routed, Reject> {
+    match decide(shared, &keyed)? {
+        Decided::Routed(r) => Ok(*r),
+        Decided::Queued(id, _) => {
+            // Never registered: the pump leaves it alone meanwhile.
+            shared.router.lock().cancel_queued(id);
+            shared.holds.kick();
+            let m = &shared.metrics.admission;
+            m.count(&keyed.model, Outcome::Shed, "would_queue", keyed.priority);
+            Err(Reject::Shed {
+                model: keyed.model.to_string(),
+                reason: "would_queue",
+                retry_after_ms: admission::WOULD_QUEUE_RETRY_AFTER_MS,
+            })
+        }
+    }
+}
+
+/// A decision made for `keyed` (in `seconds`) as a [`Routed`]: its ticket guarded, its
+/// prediction and latency measured, the decision recorded and logged.
+pub fn finish(
+    shared: &Arc<Shared>,
+    keyed: &KeyedRequest,
+    decision: Decision,
+    seconds: f64,
+) -> Routed {
+    let model = &*keyed.model;
     let guard = TicketGuard::new(
         shared.clone(),
         decision.ticket,
-        Arc::from(model),
+        keyed.model.clone(),
         decision.pod_name.clone(),
     );
     shared.metrics.observe_prediction(
@@ -263,17 +445,11 @@ pub fn route(
         &decision.pod_name,
         f64::from(decision.prediction.ttft_ms) / 1_000.0,
     );
-    shared
-        .metrics
-        .observe_routing(model, started.elapsed().as_secs_f64());
-    let strategy = match &at.info.strategy {
-        Some(s) => s.clone(),
-        None => settings.default_strategy_text.clone(),
-    };
-    let request_id = at.info.request_id.as_deref();
+    shared.metrics.observe_routing(model, seconds);
+    let request_id = keyed.request_id.as_deref();
     shared
         .decisions
-        .record(request_id, model, &strategy, &decision);
+        .record(request_id, model, &keyed.strategy_text, &decision);
     tracing::debug!(
         request_id = request_id.unwrap_or(""),
         pod = &*decision.pod_name,
@@ -281,13 +457,13 @@ pub fn route(
         decision = %decision,
         "routed"
     );
-    Ok(Routed {
+    Routed {
         pod_name: decision.pod_name.clone(),
         address: decision.address.clone(),
-        strategy,
+        strategy: keyed.strategy_text.clone(),
         decision,
         guard,
-    })
+    }
 }
 
 /// The request headers set for the upstream: `x-gateway-destination-endpoint` and
@@ -301,12 +477,28 @@ pub fn upstream_headers<'a>(address: &'a str, strategy: &'a str) -> [(&'static s
     ]
 }
 
-/// Logs a rejection and counts it: the reason at debug for a bad body, one line at info.
+/// Logs a rejection and counts it: the reason at debug for a bad body, one line at info (a
+/// shed request's with its model, reason and Retry-After).
 pub fn log_reject(shared: &Shared, request_id: Option<&str>, reject: &Reject) {
     shared.metrics.reject(reject.kind());
     let request_id = request_id.unwrap_or("");
-    if let Reject::BadBody(reason) = reject {
-        tracing::debug!(request_id, reason, "request body rejected");
+    match reject {
+        Reject::BadBody(reason) => tracing::debug!(request_id, reason, "request body rejected"),
+        Reject::Shed {
+            model,
+            reason,
+            retry_after_ms,
+        } => {
+            tracing::info!(
+                request_id,
+                model,
+                reason,
+                retry_after_ms,
+                "shed: 429 with Retry-After"
+            );
+            return;
+        }
+        _ => {}
     }
     tracing::info!(
         request_id,

@@ -97,10 +97,20 @@ async fn tokenize_off_runtime(shared: &Arc<Shared>, job: TokenizeJob) -> Option<
         .flatten()
 }
 
+/// What the inbound stream gave.
+enum Inbound {
+    /// A message from Envoy.
+    Message(ProcessingRequest),
+    /// The stream is over: this is the last item of the reply stream.
+    Ended(Option<Result<ProcessingResponse, Status>>),
+}
+
 impl Driver {
     /// The next reply: one queued by an earlier message first (full-duplex bodies: several
     /// replies to one message, sent in order before the next message is read), else the
-    /// reply to the next message that needs one.
+    /// verdict's reply when admission holds the request (Envoy's messages meanwhile are kept
+    /// for after it; the stream's end, the client gone, ends the hold), else the reply to the
+    /// next message that needs one.
     async fn next_reply(&mut self) -> Option<Result<ProcessingResponse, Status>> {
         if self.done {
             return None;
@@ -109,39 +119,70 @@ impl Driver {
             return Some(Ok(reply));
         }
         loop {
-            match self.inbound.message().await {
-                Ok(Some(msg)) => {
-                    if let Some(job) = self.state.tokenize_job(&msg) {
-                        let tokenized = tokenize_off_runtime(self.state.shared(), job).await;
-                        self.state.set_tokenized(tokenized);
+            if self.state.is_holding() {
+                tokio::select! {
+                    verdict = self.state.verdict() => {
+                        if let Some(reply) = self.state.on_verdict(verdict) {
+                            return Some(Ok(reply));
+                        }
                     }
-                    if let Some(reply) = self.state.on_message(msg) {
-                        return Some(Ok(reply));
+                    read = self.inbound.message() => match self.inbound(read) {
+                        // Kept by the state until the verdict: no reply while held.
+                        Inbound::Message(msg) => {
+                            let _ = self.state.on_message(msg);
+                        }
+                        Inbound::Ended(last) => return last,
+                    },
+                }
+                continue;
+            }
+            let msg = match self.state.next_stashed() {
+                Some(msg) => msg,
+                None => {
+                    let read = self.inbound.message().await;
+                    match self.inbound(read) {
+                        Inbound::Message(msg) => msg,
+                        Inbound::Ended(last) => return last,
                     }
                 }
-                Ok(None) => {
-                    self.done = true;
-                    self.end = Some(End::Envoy);
-                    return None;
+            };
+            if let Some(job) = self.state.tokenize_job(&msg) {
+                let tokenized = tokenize_off_runtime(self.state.shared(), job).await;
+                self.state.set_tokenized(tokenized);
+            }
+            if let Some(reply) = self.state.on_message(msg) {
+                return Some(Ok(reply));
+            }
+        }
+    }
+
+    /// Reads one item of the inbound stream; records how it ended.
+    fn inbound(&mut self, read: Result<Option<ProcessingRequest>, Status>) -> Inbound {
+        match read {
+            Ok(Some(msg)) => Inbound::Message(msg),
+            Ok(None) => {
+                self.done = true;
+                self.end = Some(End::Envoy);
+                Inbound::Ended(None)
+            }
+            Err(status) => {
+                self.end = Some(End::of(&status));
+                self.done = true;
+                // Envoy ends every side stream with RST_STREAM; tonic reports it as
+                // Internal/Cancelled/Unknown. Anything else is a real stream error.
+                if matches!(
+                    status.code(),
+                    tonic::Code::Internal | tonic::Code::Cancelled | tonic::Code::Unknown
+                ) {
+                    return Inbound::Ended(None);
                 }
-                Err(status) => {
-                    self.end = Some(End::of(&status));
-                    // Envoy ends every side stream with RST_STREAM; tonic reports it as
-                    // Internal/Cancelled/Unknown. Anything else is a real stream error.
-                    if matches!(
-                        status.code(),
-                        tonic::Code::Internal | tonic::Code::Cancelled | tonic::Code::Unknown
-                    ) {
-                        self.done = true;
-                        return None;
-                    }
-                    // E.g. a body over the gRPC decode limit. Fail the stream with a non-OK
-                    // status: ending it with OK would let the request continue un-routed.
-                    tracing::warn!(code = ?status.code(), message = status.message(), "ext_proc stream error");
-                    self.done = true;
-                    self.failed = true;
-                    return Some(Err(Status::internal("kvroute: ext_proc stream failed")));
-                }
+                // E.g. a body over the gRPC decode limit. Fail the stream with a non-OK
+                // status: ending it with OK would let the request continue un-routed.
+                tracing::warn!(code = ?status.code(), message = status.message(), "ext_proc stream error");
+                self.failed = true;
+                Inbound::Ended(Some(Err(Status::internal(
+                    "kvroute: ext_proc stream failed",
+                ))))
             }
         }
     }

@@ -1,8 +1,11 @@
 //! State shared by every ext_proc stream: the router behind a `parking_lot` mutex, the
 //! process clock, the per-request settings, and the metrics.
 //!
-//! Locking rule: the router lock is held only for `route`, `complete`, `handle_timeout`,
-//! reconfiguration and stats snapshots; prompts are hashed outside it.
+//! Locking rule: the router lock is held only for `admit` (`route`), `complete`,
+//! `handle_timeout`, admission's `dispatch`, `cancel_queued` and `expire_queued`,
+//! reconfiguration and stats snapshots; prompts are hashed outside it. Admission's registry of
+//! held requests ([`Holds`]) is taken before the router lock when both are needed (its pump),
+//! never after.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,6 +15,7 @@ use kvroute_core::{PodSpec, Router, Timestamp};
 use parking_lot::{Mutex, RwLock};
 use prometheus_client::registry::Registry;
 
+use crate::admission::{self, Holds};
 use crate::config::Config;
 use crate::engines::EngineTable;
 use crate::introspect::DecisionLog;
@@ -46,6 +50,8 @@ pub struct RequestSettings {
     /// The engines' KV block size in tokens (`[ttft] engine_block_tokens`): a request predicted
     /// to prefill at least this many is a cold prefill for [`crate::stream_timing::budget_for`].
     pub engine_block_tokens: u32,
+    /// How a request's admission priority and tenant are read (`[admission]`).
+    pub admission: crate::admission::AdmissionHeaders,
 }
 
 impl RequestSettings {
@@ -64,6 +70,7 @@ impl RequestSettings {
             routing_model: c.discovery.routing_model(),
             max_timed_streams: c.max_timed_streams,
             engine_block_tokens: c.router.ttft.engine_block_tokens,
+            admission: c.admission.headers.clone(),
         }
     }
 }
@@ -81,6 +88,9 @@ pub enum ApplyError {
     /// A model's tokenizer did not load.
     #[error(transparent)]
     Tokenizer(#[from] crate::tokenize::TokenizerLoadError),
+    /// The router rejected an admission policy.
+    #[error(transparent)]
+    Admission(#[from] kvroute_core::AdmissionPolicyError),
 }
 
 /// Shared service state.
@@ -97,6 +107,8 @@ pub struct Shared {
     pub stream_budget: Arc<StreamBudget>,
     /// The last routing decisions, for `/debug/decisions` ([`crate::introspect`]).
     pub decisions: DecisionLog,
+    /// The requests admission holds ([`crate::admission`]).
+    pub holds: Holds,
     /// The configuration in force (for `/debug/config`).
     config: RwLock<Arc<Config>>,
     /// The models' tokenizers ([`crate::tokenize`]), swapped as a whole on reload.
@@ -127,6 +139,7 @@ impl Shared {
             engines,
             stream_budget: Arc::default(),
             decisions: DecisionLog::default(),
+            holds: Holds::default(),
             config: RwLock::new(Arc::new(config.clone())),
             tokenizers: RwLock::new(Arc::new(Tokenizers::load(
                 &config.tokenizers,
@@ -178,12 +191,23 @@ impl Shared {
         self.ready.store(ready, Ordering::Release);
     }
 
+    /// Sets `model`'s admission policy from the configuration in force (for a model
+    /// discovery has just added; [`Shared::apply`] sets every known model's on reload). A
+    /// model the router does not know is left alone.
+    pub fn apply_admission(&self, router: &mut Router, model: &str) {
+        let policy = self.config().admission.policy(model);
+        // Validated with the configuration: only an unknown model can be refused.
+        let _ = router.set_admission(model, policy);
+    }
+
     /// Applies a validated configuration to the running router without losing in-flight
     /// state: router parameters via `reconfigure`; pods added, updated, detached from models
     /// they no longer serve, or removed (their open tickets become orphans the core accepts);
     /// every pod's engine capacity set (its `max_seqs`, else `[ttft] max_seqs`); every
     /// configured model registered, so one without pods answers 503 rather than 400; models
-    /// no longer configured removed, so they answer 400 (`model_not_found`) again.
+    /// no longer configured removed, so they answer 400 (`model_not_found`) again; every
+    /// model's admission policy set from `[admission]` (also the models discovery has added),
+    /// and the held requests offered again.
     /// On a router error nothing of the request settings changes; pod and model changes
     /// applied before the error stay (they were individually valid).
     pub fn apply(&self, config: &Config) -> Result<(), ApplyError> {
@@ -196,7 +220,9 @@ impl Shared {
         router.reconfigure(config.router.clone())?;
         if !config.discovery.is_static() {
             // Pods and models come from discovery ([`crate::discovery`]).
+            admission::apply_policies(&mut router, &config.admission)?;
             drop(router);
+            self.holds.kick();
             *self.settings.write() = Arc::new(RequestSettings::from_config(config));
             *self.config.write() = Arc::new(config.clone());
             *self.tokenizers.write() = tokenizers;
@@ -241,7 +267,9 @@ impl Shared {
                 }
             }
         }
+        admission::apply_policies(&mut router, &config.admission)?;
         drop(router);
+        self.holds.kick();
         *self.settings.write() = Arc::new(RequestSettings::from_config(config));
         *self.config.write() = Arc::new(config.clone());
         *self.tokenizers.write() = tokenizers;

@@ -6,7 +6,8 @@
 //! `response_trailer_mode: SEND` Envoy keeps that stream open until the HTTP response is over
 //! (finished, aborted, reset or failed) and closes it within about a millisecond
 //! (envoy-completion.md). tonic then drops the reply stream, the state and the guard: `Drop`
-//! is the only release path, and Rust runs it exactly once, also when unwinding.
+//! is the only release path, and Rust runs it exactly once, also when unwinding. A release
+//! wakes admission's pump ([`crate::admission`]): the slot may go to a held request.
 //!
 //! The outcome reported is what [`ResponseEnd::outcome`] makes of the response headers (status
 //! and Envoy's `response.code_details`): success, failed (a 5xx from the pod), connect failure,
@@ -127,6 +128,7 @@ impl Drop for TicketGuard {
         if self.detached {
             let now = self.shared.now();
             let result = self.shared.router.lock().detach(self.ticket, now);
+            self.shared.holds.kick();
             match result {
                 Ok(at) => tracing::warn!(
                     ticket = %self.ticket,
@@ -170,6 +172,8 @@ impl Drop for TicketGuard {
             Err(_) => None,
         };
         drop(router);
+        // A slot freed: the requests admission holds are offered it.
+        self.shared.holds.kick();
         if let Err(e) = result {
             self.shared.metrics.release_error();
             tracing::error!(ticket = %self.ticket, error = %e, "ticket release refused");

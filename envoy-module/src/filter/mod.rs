@@ -15,7 +15,9 @@
 //!    prompt extracted, the prompt hashed outside the router lock, and the request routed:
 //!    Envoy is told the destination ([`StreamHost::set_destination`]) and the request gets
 //!    `x-gateway-destination-endpoint`, `target-pod` and `routing-strategy` as with
-//!    ext_proc. Request trailers (HTTP/2 clients) end the body too.
+//!    ext_proc. Request trailers (HTTP/2 clients) end the body too. Under an `[admission]`
+//!    policy, a request the router would queue is shed instead (429 with `Retry-After`,
+//!    reason `would_queue`: [`routing::route_now`]): the module cannot hold a request yet.
 //! 3. Response headers: `target-pod`, `target-pod-ip`, `routing-strategy`,
 //!    `x-kvroute-decision`, `request-id` as with ext_proc; the status and Envoy's
 //!    `response.code_details` decide the outcome the core learns from. A 2xx event stream is

@@ -10,13 +10,17 @@ use super::*;
 const CONFIG: &str = "[routing]\nseed = 3\n[limits]\nmax_body_bytes = 1000\n[models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\" }, { name = \"b\", address = \"10.0.0.2:80\" }]";
 
 fn shared() -> Arc<Shared> {
+    shared_with(CONFIG)
+}
+
+fn shared_with(text: &str) -> Arc<Shared> {
     let source = ConfigSource {
         path: None,
         env: EnvSnapshot::default(),
         overrides: Overrides::default(),
         process_seed: 1,
     };
-    let config = source.load_bytes(CONFIG.as_bytes()).unwrap();
+    let config = source.load_bytes(text.as_bytes()).unwrap();
     Shared::new(
         &config,
         &mut prometheus_client::registry::Registry::default(),
@@ -285,5 +289,44 @@ fn an_upstream_5xx_counts_as_failed_and_a_request_without_body_routes_on_headers
     assert_eq!(
         stats.tickets.completed[kvroute_core::Outcome::Failed as usize],
         1
+    );
+}
+
+#[test]
+fn a_request_admission_would_hold_is_shed_with_429_and_retry_after() {
+    // Two pods of one sequence each, both busy past the target: kvroute-ext-proc would hold
+    // the third request; the module cannot, so it is taken out of the queue and shed.
+    let text = "[routing]\nseed = 3\ndefault_strategy = \"least-ttft\"\n[engine_metrics]\nscrape_interval_ms = 0\n\
+        [models.m]\npods = [{ name = \"a\", address = \"10.0.0.1:80\", max_seqs = 1 }, { name = \"b\", address = \"10.0.0.2:80\", max_seqs = 1 }]\n\
+        [admission.models.m]\nttft_target_ms = 1000\n";
+    let sh = shared_with(text);
+    let body = r#"{"model":"m","prompt":"hello","max_tokens":100}"#;
+    let mut busy = Vec::new();
+    for _ in 0..3 {
+        let mut f = Filter::new(sh.clone());
+        let mut host = FakeHost::post("/v1/completions", body);
+        f.on_request_headers(&mut host, false);
+        f.on_request_body(&mut host, true);
+        busy.push((f, host));
+    }
+    let (f, host) = &busy[2];
+    assert!(!f.is_routed());
+    let (status, headers, reply, details) = host.reply.clone().expect("a local reply");
+    assert_eq!((status, details.as_str()), (429, "kvroute_shed"));
+    let header = |k: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    };
+    assert_eq!(header("retry-after").as_deref(), Some("1"));
+    assert_eq!(header("x-kvroute-shed").as_deref(), Some("would_queue"));
+    let json: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+    assert_eq!(json["error"]["code"], "rate_limit_exceeded");
+    assert_eq!(in_flight(&sh), 2);
+    assert_eq!(
+        sh.router.lock().admission_stats("m").unwrap().queue_len,
+        0,
+        "nothing left queued"
     );
 }

@@ -179,6 +179,10 @@ impl Fleet {
                     let _ = router.set_pod_capacity(id, max_seqs);
                 }
             });
+            if added.is_ok() {
+                // The model may be new: its [admission] policy, if any.
+                self.shared.apply_admission(&mut router, &n.model);
+            }
             drop(router);
             match (added, before) {
                 (Err(e), _) => {
@@ -200,6 +204,8 @@ impl Fleet {
                 }
             }
         }
+        // A pod added, back in service or removed: the held requests are offered again.
+        self.shared.holds.kick();
     }
 
     fn export(&self) {

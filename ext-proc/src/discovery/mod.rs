@@ -270,7 +270,11 @@ impl Source {
             Discovery::Envoy { model } => {
                 // Known from the start: requests get 503 (no ready pod) until Envoy's first
                 // membership update.
-                let _ = shared.router.lock().add_model(&model);
+                {
+                    let mut router = shared.router.lock();
+                    let _ = router.add_model(&model);
+                    shared.apply_admission(&mut router, &model);
+                }
                 let fleet = Fleet::new(shared, self.metrics, 1);
                 if let Some((_, rx)) = self.envoy {
                     tokio::spawn(envoy::run(model, fleet, rx, stop));
@@ -284,7 +288,9 @@ impl Source {
                 if let Mode::InferencePool { name, .. } = &cfg.mode {
                     // Known from the start: requests get 503 (no ready pod), not 400, until
                     // the pool's pods are listed.
-                    let _ = shared.router.lock().add_model(&pool_model(name));
+                    let mut router = shared.router.lock();
+                    let _ = router.add_model(&pool_model(name));
+                    shared.apply_admission(&mut router, &pool_model(name));
                 }
                 let fleet = Fleet::new(shared, self.metrics, scopes);
                 tokio::spawn(kubernetes::run(cfg, fleet, stop));

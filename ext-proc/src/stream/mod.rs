@@ -36,7 +36,17 @@
 //! replies; [`StreamState::next_queued`] hands out those [`StreamState::on_message`] did not
 //! return. Rejections are the same `ImmediateResponse`s.
 //!
-//! The [`TicketGuard`] lives in this state and is dropped when the stream ends.
+//! Held requests ([`crate::admission`]): when the router queues the request, the routing
+//! reply is withheld. Envoy is first asked to extend the routing message's timer
+//! ([`respond::extend_message_timeout`]; not with FULL_DUPLEX_STREAMED bodies, which have no
+//! timer); the service's driver then awaits [`StreamState::verdict`] and sends what
+//! [`StreamState::on_verdict`] makes of it: the routing reply exactly as for a request routed
+//! at once, or the 429 of a shed request. A message Envoy sends meanwhile is kept and handled
+//! after the verdict ([`StreamState::next_stashed`]). A stream dropped meanwhile drops the
+//! [`crate::admission::Held`], which takes the request out of the queue.
+//!
+//! The [`TicketGuard`](crate::ticket_guard::TicketGuard) lives in this state and is dropped
+//! when the stream ends.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -47,18 +57,19 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
 };
 use kvroute_core::StrategySpec;
 
+use crate::admission::{AdmissionHeaders, Held, Verdict};
 use crate::duplex::Outbox;
 use crate::envoy_context;
 use crate::respond::{self, header, Reject, RouteTo};
-use crate::routing::{self, ResponseHead, RouteInputs, Routed, TimingPolicy};
+use crate::routing::{self, Admission, ResponseHead, RouteInputs, Routed, TimingPolicy};
 use crate::shared::Shared;
 use crate::tokenize::Tokenized;
 
 pub use crate::routing::RequestInfo;
 
-/// Reads the headers kvroute uses ([`RequestInfo::read_header`]). Values arrive in
-/// `raw_value` (Envoy 1.40); `value` is read as a fallback.
-pub fn request_info(h: &HttpHeaders) -> RequestInfo {
+/// Reads the headers kvroute uses ([`RequestInfo::read_header`], and `admission`'s). Values
+/// arrive in `raw_value` (Envoy 1.40); `value` is read as a fallback.
+pub fn request_info(h: &HttpHeaders, admission: &AdmissionHeaders) -> RequestInfo {
     let mut info = RequestInfo::default();
     let Some(map) = &h.headers else { return info };
     for hv in &map.headers {
@@ -68,8 +79,28 @@ pub fn request_info(h: &HttpHeaders) -> RequestInfo {
             &hv.raw_value
         };
         info.read_header(&hv.key, value);
+        info.admission.read_header(admission, &hv.key, value);
     }
     info
+}
+
+/// Which Envoy message the routing decision answers.
+#[derive(Debug)]
+enum RoutingReply {
+    /// The request headers (a request without a body).
+    Headers,
+    /// The whole BUFFERED body.
+    Body,
+    /// A FULL_DUPLEX_STREAMED request: the headers' reply, then the body passed back, then
+    /// the trailers' reply when they ended the request.
+    Duplex { body: Vec<u8>, trailers: bool },
+}
+
+/// A request admission holds, and the reply due once it is routed.
+#[derive(Debug)]
+struct Hold {
+    held: Held,
+    reply: RoutingReply,
 }
 
 /// Per-stream state. Dropping it releases the ticket, if any.
@@ -101,6 +132,10 @@ pub struct StreamState {
     /// The body's tokenization, done before its message is handled
     /// ([`StreamState::tokenize_job`]); `None`: not done, the routing does it if needed.
     tokenized: Option<Option<Tokenized>>,
+    /// The request admission holds, if it does.
+    hold: Option<Hold>,
+    /// Messages that came while the request was held, handled after its verdict.
+    stashed: std::collections::VecDeque<ProcessingRequest>,
 }
 
 /// A request body to tokenize off the gRPC runtime ([`StreamState::tokenize_job`]).
@@ -132,6 +167,8 @@ impl StreamState {
             checked: false,
             subset: None,
             tokenized: None,
+            hold: None,
+            stashed: std::collections::VecDeque::new(),
         }
     }
 
@@ -157,6 +194,10 @@ impl StreamState {
         if self.rejected {
             return None;
         }
+        if self.hold.is_some() {
+            self.stashed.push_back(msg);
+            return None;
+        }
         if self.routed.is_none() && self.subset.is_none() {
             self.subset = envoy_context::subset_hint(msg.metadata_context.as_ref());
         }
@@ -164,6 +205,10 @@ impl StreamState {
             // The request attributes come with Envoy's first message of the request (the body
             // when it skips the headers); request headers, if they come, replace them.
             envoy_context::read_request_attributes(&msg.attributes, &mut self.info);
+            let admission = &self.shared.settings().admission;
+            self.info
+                .admission
+                .read_attributes(admission, &msg.attributes);
         }
         if let Some(p) = &msg.protocol_config {
             let chunked = [BodySendMode::Streamed, BodySendMode::FullDuplexStreamed];
@@ -176,7 +221,7 @@ impl StreamState {
             Request::RequestHeaders(h) => {
                 // Full duplex: the headers are answered once the body is in.
                 let hold = self.duplex_request && !h.end_of_stream;
-                self.on_request_headers(&h).map(|r| (!hold).then_some(r))
+                self.on_request_headers(&h).map(|r| r.filter(|_| !hold))
             }
             Request::RequestBody(b) if self.duplex_request => {
                 self.on_duplex_request_body(b.body, b.end_of_stream)
@@ -185,7 +230,7 @@ impl StreamState {
                 if self.routed.is_some() {
                     return Some(respond::continue_body(true));
                 }
-                self.on_request_body(b.body, b.end_of_stream).map(Some)
+                self.on_request_body(b.body, b.end_of_stream)
             }
             Request::RequestTrailers(_) if self.duplex_request && self.routed.is_none() => {
                 // The trailers end a full-duplex request: route on the body collected.
@@ -213,14 +258,88 @@ impl StreamState {
         };
         match reply {
             Ok(r) => r,
-            Err(reject) => {
-                self.rejected = true;
-                routing::log_reject(&self.shared, self.info.request_id.as_deref(), &reject);
-                // Nothing queued goes out after an immediate response.
-                self.outbox = Outbox::default();
-                Some(reject.to_response(self.info.request_id.as_deref()))
+            Err(reject) => Some(self.reject(reject)),
+        }
+    }
+
+    /// Answers the request with `reject` (an `ImmediateResponse`): nothing more is sent.
+    fn reject(&mut self, reject: Reject) -> ProcessingResponse {
+        self.rejected = true;
+        routing::log_reject(&self.shared, self.info.request_id.as_deref(), &reject);
+        // Nothing queued goes out after an immediate response.
+        self.outbox = Outbox::default();
+        reject.to_response(self.info.request_id.as_deref())
+    }
+
+    /// Whether admission holds the request (await [`StreamState::verdict`]).
+    pub fn is_holding(&self) -> bool {
+        self.hold.is_some()
+    }
+
+    /// The held request's verdict (pending forever when none is held). Cancel-safe.
+    pub async fn verdict(&mut self) -> Verdict {
+        match &mut self.hold {
+            Some(h) => h.held.verdict().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The reply to a held request's verdict: the routing reply due (further ones queued for
+    /// [`StreamState::next_queued`]), or the rejection's.
+    pub fn on_verdict(&mut self, verdict: Verdict) -> Option<ProcessingResponse> {
+        let hold = self.hold.take()?;
+        match verdict {
+            Verdict::Routed(routed) => self.routed_reply(routed, hold.reply),
+            Verdict::Rejected(reject) => Some(self.reject(reject)),
+        }
+    }
+
+    /// A message that came while the request was held, once it no longer is, in order.
+    pub fn next_stashed(&mut self) -> Option<ProcessingRequest> {
+        if self.hold.is_some() {
+            return None;
+        }
+        self.stashed.pop_front()
+    }
+
+    /// What admission made of the request: the routing reply due now, or, for a held
+    /// request, the timer extension (none with FULL_DUPLEX_STREAMED bodies: no timer).
+    fn settle(&mut self, admission: Admission, reply: RoutingReply) -> Option<ProcessingResponse> {
+        match admission {
+            Admission::Routed(routed) => self.routed_reply(routed, reply),
+            Admission::Held(held) => {
+                let extend = (!self.duplex_request)
+                    .then(|| respond::extend_message_timeout(held.message_timeout()));
+                self.hold = Some(Hold { held, reply });
+                extend
             }
         }
+    }
+
+    /// The routing reply for `routed` (queuing the duplex body's echo after it).
+    fn routed_reply(
+        &mut self,
+        routed: Box<Routed>,
+        reply: RoutingReply,
+    ) -> Option<ProcessingResponse> {
+        let to = RouteTo {
+            address: &routed.address,
+            strategy: &routed.strategy,
+        };
+        let first = match reply {
+            RoutingReply::Headers => Some(respond::route_in_headers(&to)),
+            RoutingReply::Body => Some(respond::route_in_body(&to)),
+            RoutingReply::Duplex { body, trailers } => {
+                self.outbox.push_reply(respond::route_in_headers(&to));
+                self.outbox.push_echo(true, body, !trailers);
+                if trailers {
+                    self.outbox.push_reply(respond::continue_trailers(true));
+                }
+                self.outbox.pop()
+            }
+        };
+        self.routed = Some(*routed);
+        first
     }
 
     /// The tokenization `msg` needs before [`StreamState::on_message`] handles it: for a whole
@@ -233,6 +352,7 @@ impl StreamState {
         };
         if self.rejected
             || self.routed.is_some()
+            || self.hold.is_some()
             || self.body_in_chunks
             || self.duplex_request
             || !self.body.is_empty()
@@ -293,38 +413,35 @@ impl StreamState {
         self.route_duplex_body(false)
     }
 
-    /// Routes a full-duplex request on its whole body, then queues the replies: the request
-    /// headers' (the destination), the body passed back (ending the stream unless
-    /// `trailers` end it), and the trailers' when they came.
+    /// Routes a full-duplex request on its whole body, then queues the replies (now, or once
+    /// a held request is routed): the request headers' (the destination), the body passed
+    /// back (ending the stream unless `trailers` end it), and the trailers' when they came.
     fn route_duplex_body(&mut self, trailers: bool) -> Result<Option<ProcessingResponse>, Reject> {
-        let (body, to) = self.route_collected_body()?;
-        self.outbox
-            .push_reply(respond::route_in_headers(&to.as_route_to()));
-        self.outbox.push_echo(true, body, !trailers);
-        if trailers {
-            self.outbox.push_reply(respond::continue_trailers(true));
-        }
-        Ok(self.outbox.pop())
+        let body = std::mem::take(&mut self.body);
+        let admission = self.admit_body(&body)?;
+        Ok(self.settle(admission, RoutingReply::Duplex { body, trailers }))
     }
 
-    fn on_request_headers(&mut self, h: &HttpHeaders) -> Result<ProcessingResponse, Reject> {
-        self.info = request_info(h);
+    fn on_request_headers(
+        &mut self,
+        h: &HttpHeaders,
+    ) -> Result<Option<ProcessingResponse>, Reject> {
+        let settings = self.shared.settings();
+        self.info = request_info(h, &settings.admission);
         self.checked = true;
-        self.strategy = self.info.check(self.shared.settings().max_body_bytes)?;
+        self.strategy = self.info.check(settings.max_body_bytes)?;
         if h.end_of_stream {
-            let routed = routing::route_without_body(&self.shared, self.inputs())?;
-            let reply = respond::route_in_headers(&route_to(&routed));
-            self.routed = Some(routed);
-            return Ok(reply);
+            let admission = routing::admit_without_body(&self.shared, self.inputs())?;
+            return Ok(self.settle(admission, RoutingReply::Headers));
         }
-        Ok(respond::continue_request_headers())
+        Ok(Some(respond::continue_request_headers()))
     }
 
     fn on_request_body(
         &mut self,
         chunk: Vec<u8>,
         end_of_stream: bool,
-    ) -> Result<ProcessingResponse, Reject> {
+    ) -> Result<Option<ProcessingResponse>, Reject> {
         let limit = self.shared.settings().max_body_bytes;
         if !self.checked {
             // No request headers (request_header_mode: SKIP): the strategy is checked on the
@@ -353,28 +470,21 @@ impl StreamState {
             // Envoy 1.40). Collect and route at the last chunk anyway; the decision takes
             // effect only if the whole body came at once. (FULL_DUPLEX_STREAMED has its own
             // path: kvroute answers the headers after the body.)
-            return Ok(respond::continue_body(true));
+            return Ok(Some(respond::continue_body(true)));
         }
         // BUFFERED (or BUFFERED_PARTIAL): this one message is the whole body (or all of it
         // Envoy will send), also when `end_of_stream` is false (request trailers follow, and
         // `request_trailer_mode: SKIP` keeps them from kvroute).
         // Waiting for more would let the request go un-routed to the fallback route.
-        let (_, to) = self.route_collected_body()?;
-        Ok(respond::route_in_body(&to.as_route_to()))
+        let body = std::mem::take(&mut self.body);
+        let admission = self.admit_body(&body)?;
+        Ok(self.settle(admission, RoutingReply::Body))
     }
 
-    /// Routes on the body collected so far; returns the body (taken from the state) and the
-    /// routing reply's parts.
-    fn route_collected_body(&mut self) -> Result<(Vec<u8>, RoutedView), Reject> {
-        let body = std::mem::take(&mut self.body);
+    /// Admits the request on its whole `body` (with its tokenization, when done).
+    fn admit_body(&mut self, body: &[u8]) -> Result<Admission, Reject> {
         let tokenized = self.tokenized.take();
-        let routed = routing::route_body_tokenized(&self.shared, self.inputs(), &body, tokenized)?;
-        let view = RoutedView {
-            address: routed.address.clone(),
-            strategy: routed.strategy.clone(),
-        };
-        self.routed = Some(routed);
-        Ok((body, view))
+        routing::admit_body(&self.shared, self.inputs(), body, tokenized)
     }
 
     fn inputs(&self) -> RouteInputs<'_> {
@@ -423,29 +533,6 @@ impl StreamState {
         );
         let headers = headers.into_iter().map(|(k, v)| header(k, v)).collect();
         respond::response_headers(headers, timed)
-    }
-}
-
-/// The parts of a decision the routing reply needs.
-#[derive(Debug)]
-struct RoutedView {
-    address: Arc<str>,
-    strategy: String,
-}
-
-impl RoutedView {
-    fn as_route_to(&self) -> RouteTo<'_> {
-        RouteTo {
-            address: &self.address,
-            strategy: &self.strategy,
-        }
-    }
-}
-
-fn route_to(r: &Routed) -> RouteTo<'_> {
-    RouteTo {
-        address: &r.address,
-        strategy: &r.strategy,
     }
 }
 

@@ -725,4 +725,5 @@ fn a_body_without_headers_or_attributes_routes_on_its_model() {
     assert_eq!(in_flight(&sh), 1);
 }
 
+mod admission;
 mod full_duplex;

@@ -211,10 +211,16 @@ impl Sim {
 
     /// Starts it on `port` (0 = a free one).
     pub fn start_on(dir: &TempDir, name: &str, speedup: f64, port: u16) -> Sim {
+        Sim::start_args(dir, name, speedup, port, &[])
+    }
+
+    /// Starts it on `port` with `extra` `kvroute-sim serve` arguments (e.g. `--max-num-seqs`).
+    pub fn start_args(dir: &TempDir, name: &str, speedup: f64, port: u16, extra: &[&str]) -> Sim {
         let mut cmd = Command::new(sim_bin());
         cmd.args(["serve", "--host", "127.0.0.1", "--port", &port.to_string()]);
         cmd.args(["--name", name, "--model", "study"]);
         cmd.args(["--speedup", &speedup.to_string()]);
+        cmd.args(extra);
         let (proc, line) = spawn_and_wait(
             name,
             cmd,
