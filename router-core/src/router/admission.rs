@@ -142,11 +142,13 @@ impl Router {
                 let left =
                     u64::from(policy.ttft_target_ms).saturating_sub(now.millis_since(queued_at));
                 let left = left as f64;
+                // Idle pods do not count: the question is whether this request can still
+                // make its target, not whether a pod is free.
                 let in_time = self
                     .scratch
                     .rooms
                     .iter()
-                    .any(|r| admission::has_room(&policy, r, left));
+                    .any(|r| admission::in_time(&policy, r, left));
                 if in_time {
                     self.restrict_to_room(&req, &policy, left);
                 } else if priority > 0 {
@@ -233,14 +235,16 @@ impl Router {
         let s = &mut self.scratch;
         s.rooms.clear();
         for (c, e) in s.cands.iter().zip(&s.estimates) {
-            let engine = self.registry.pods[c.pod.index()]
+            let snapshot = self.registry.pods[c.pod.index()]
                 .model
                 .engine
                 .filter(|e| now.millis_since(e.at) <= max_age)
-                .map(|e| (e.snapshot.waiting, e.snapshot.kv_usage));
+                .map(|e| e.snapshot);
+            let engine_idle = snapshot.is_none_or(|s| s.running == 0 && s.waiting == 0);
             s.rooms.push(PodRoom {
                 ttft_ms: e.ttft_ms,
-                engine,
+                idle: c.load == 0 && engine_idle,
+                engine: snapshot.map(|s| (s.waiting, s.kv_usage)),
             });
         }
         let saturated = admission::saturated(policy, &s.rooms);
@@ -254,9 +258,9 @@ impl Router {
         (job, saturated)
     }
 
-    /// Leaves `least-ttft` (when the spec has it) only the candidates with room within
-    /// `target_ms` (see [`crate::admission`]), after [`Router::saturation`]; a no-op when none
-    /// has room.
+    /// Leaves `least-ttft` (when the spec has it) only the candidates predicted to start the
+    /// request within `target_ms` (see [`crate::admission`]), failing those the idle ones, after
+    /// [`Router::saturation`]; a no-op when there are neither.
     fn restrict_to_room(
         &mut self,
         req: &RouteRequest<'_>,
@@ -264,17 +268,20 @@ impl Router {
         target_ms: f64,
     ) {
         let spec = req.strategy.unwrap_or(&self.config.default_strategy);
+        if !spec.contains(Strategy::LeastTtft) {
+            return;
+        }
         let s = &mut self.scratch;
-        if !spec.contains(Strategy::LeastTtft)
-            || !s
-                .rooms
-                .iter()
-                .any(|r| admission::has_room(policy, r, target_ms))
-        {
+        // The pods that start it in time; failing those, the idle ones.
+        let keep = |r: &PodRoom| admission::in_time(policy, r, target_ms);
+        let any_in_time = s.rooms.iter().any(keep);
+        let any_idle = s.rooms.iter().any(|r| r.idle);
+        if !any_in_time && !any_idle {
             return;
         }
         for (cost, room) in s.costs.iter_mut().zip(&s.rooms) {
-            if !admission::has_room(policy, room, target_ms) {
+            let kept = if any_in_time { keep(room) } else { room.idle };
+            if !kept {
                 *cost = f64::INFINITY;
             }
         }
