@@ -11,6 +11,7 @@ use crate::workload::Scenario;
 
 mod args;
 mod overload;
+mod run;
 use args::PromptArgs;
 pub use args::{EngineArgs, TokenizerArgs};
 
@@ -31,7 +32,7 @@ enum Command {
     /// with 1 if a phase misses it.
     Bar(BarArgs),
     /// Simulate a JSONL trace through the router and simulated replicas.
-    Run(RunArgs),
+    Run(run::RunArgs),
     /// Serve the engine model in real time as a fake vLLM server.
     Serve(ServeArgs),
     /// Send a study-shaped load to a live endpoint and report it.
@@ -194,38 +195,6 @@ struct BarArgs {
     /// Requests within SLO the candidate may have fewer than the best baseline.
     #[arg(long, default_value_t = 0)]
     slo_slack: usize,
-}
-
-#[derive(Args, Debug)]
-struct RunArgs {
-    /// The workload (JSONL; see sim/README.md).
-    #[arg(long)]
-    trace: PathBuf,
-    /// Strategies for requests without a `routing-strategy` header; each is one run.
-    #[arg(long = "strategy", num_args = 1..)]
-    strategies: Vec<String>,
-    /// Number of simulated replicas (named A, B, C, ...).
-    #[arg(long, default_value_t = 2)]
-    pods: usize,
-    /// The router's seed.
-    #[arg(long, default_value_t = 102)]
-    seed: u64,
-    /// Client in-flight cap.
-    #[arg(long, default_value_t = 48)]
-    client_cap: usize,
-    /// Write per-request records (JSONL) here.
-    #[arg(long)]
-    records: Option<PathBuf>,
-    /// Write a TTFT-over-time SVG here.
-    #[arg(long)]
-    plot: Option<PathBuf>,
-    /// Print the per-request table.
-    #[arg(long)]
-    verbose: bool,
-    #[command(flatten)]
-    prompts: PromptArgs,
-    #[command(flatten)]
-    engine: EngineArgs,
 }
 
 #[derive(Args, Debug)]
@@ -395,7 +364,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Study(a) => study_cmd(a),
         Command::Bar(a) => bar_cmd(a),
-        Command::Run(a) => run_cmd(a),
+        Command::Run(a) => run::run_cmd(a),
         Command::Serve(a) => serve_cmd(a),
         Command::Replay(a) => replay_cmd(a),
         Command::Overload(a) => overload::overload_cmd(a),
@@ -684,121 +653,4 @@ fn bar_cmd(a: BarArgs) -> ExitCode {
     } else {
         ExitCode::from(1)
     }
-}
-
-fn run_cmd(a: RunArgs) -> ExitCode {
-    let text = match std::fs::read_to_string(&a.trace) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("error: cannot read {}: {e}", a.trace.display());
-            return ExitCode::from(2);
-        }
-    };
-    let arrivals = match crate::workload::parse_trace(&text) {
-        Ok(x) => x,
-        Err(e) => {
-            eprintln!("error: {}: {e}", a.trace.display());
-            return ExitCode::from(2);
-        }
-    };
-    if a.pods == 0 || a.pods > 4096 {
-        eprintln!("error: --pods must be between 1 and 4096");
-        return ExitCode::from(2);
-    }
-    let (prompts, router_blocks, kv_events) = match a.prompts.config() {
-        Ok(p) => p,
-        Err(code) => return code,
-    };
-    let specs = if a.strategies.is_empty() {
-        vec![kvroute_core::StrategySpec::default()]
-    } else {
-        match parse_specs("--strategy", &a.strategies) {
-            Ok(s) => s,
-            Err(c) => return c,
-        }
-    };
-    let pods = crate::study::pod_names(a.pods);
-    let mut rows = Vec::new();
-    let mut all = Vec::new();
-    let mut series = Vec::new();
-    for spec in &specs {
-        let cfg = crate::cluster::ClusterConfig {
-            engine: a.engine.config(),
-            pods: pods.clone(),
-            router: kvroute_core::RouterConfig {
-                seed: a.seed,
-                ..Default::default()
-            },
-            client_cap: a.client_cap,
-            prompts: prompts.clone(),
-            router_blocks,
-            kv_events,
-            ..Default::default()
-        };
-        let result =
-            crate::cluster::Cluster::new(cfg).and_then(|mut c| c.run(&arrivals, spec, "trace"));
-        let run = match result {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-        let name = spec.to_string();
-        let mut summary = crate::report::PhaseSummary::from_records(
-            "trace",
-            &name,
-            arrivals.len(),
-            &run.records,
-            &pods,
-            run.token_hit,
-        );
-        summary.output_throughput = Some(run.output_throughput);
-        if a.verbose {
-            println!("== trace · {name} ==");
-            print!("{}", crate::report::request_table(&run.records));
-        }
-        let reasons: Vec<String> = run
-            .reasons
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let peaks: Vec<String> = pods
-            .iter()
-            .zip(&run.peak_waiting)
-            .map(|(p, w)| format!("{p}={w}"))
-            .collect();
-        println!(
-            "{name}: reasons {} · imbalance events {} · peak waiting {} · {:.1} s simulated",
-            reasons.join(" "),
-            run.imbalance_events,
-            peaks.join(" "),
-            run.duration_s
-        );
-        series.push(crate::plot::Series::from_records(
-            format!("{name} ({}/{} in SLO)", summary.within_slo, summary.planned),
-            &run.records,
-        ));
-        rows.push(summary);
-        all.extend(run.records);
-    }
-    println!();
-    print!("{}", crate::report::study_table(&rows));
-    if let Some(path) = &a.records {
-        if let Err(e) = crate::report::write_jsonl(path, &all) {
-            eprintln!("error: cannot write {}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
-    }
-    if let Some(path) = &a.plot {
-        let panel = crate::plot::Panel {
-            title: format!("{}: TTFT by send time", a.trace.display()),
-            series,
-        };
-        if let Err(e) = crate::plot::ttft_over_time(path, &[panel]) {
-            eprintln!("error: cannot plot {}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
-    }
-    ExitCode::SUCCESS
 }

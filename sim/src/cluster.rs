@@ -8,12 +8,17 @@
 //!   strategies see are the real in-flight counts. What the router is told depends on
 //!   [`Feedback`]: a streaming proxy's view (first tokens and usage) or Envoy's (total time).
 //! - The client holds at most `client_cap` requests in flight; an arrival beyond it is sent when
-//!   a slot frees (TTFT counts from the actual send).
+//!   a slot frees (a record's `ttft_s` counts from the actual send, its `planned_ttft_s` from
+//!   the planned arrival).
 //! - Every `sample_every_us` the engines' running/waiting gauges are sampled and (unless
 //!   `observe_engines` is off) passed to the router as engine snapshots
 //!   ([`Router::observe_engine`]), as a metrics scraper would: with every gauge, counter and
 //!   histogram `kvroute-sim serve` exports (times in the engine's seconds).
-//! - Events at the same instant: step ends first (engine order), then sends, then the sample.
+//! - Events at the same instant: pod events first ([`ClusterConfig::pod_events`]: pods added,
+//!   removed or failing, see `cluster/pod_events.rs`), then step ends (engine order), then
+//!   sends, then the sample.
+//! - Replicas may differ ([`ClusterConfig::pod_engines`]); the router is told each one's
+//!   `max_num_seqs` unless [`ClusterConfig::router_max_seqs`] overrides it.
 //! - Each request's prompt is tokenized once, when it is sent, by [`ClusterConfig::prompts`]
 //!   (the built-in model or a real tokenizer): those ids are what its engine receives and, when
 //!   the router is keyed by [`RouterBlocks::Tokens`], what its index keys are cut from. A prompt
@@ -33,15 +38,21 @@ use serde::Serialize;
 use crate::engine::{BlockEvent, Engine, EngineConfig, EngineCounters, TokenEvent};
 use crate::prompt_tokens::PromptReader;
 use crate::report::{RequestRecord, Slo};
+use crate::workload::trace::PodEvent;
 use crate::workload::Arrival;
 
 mod admission;
+mod error;
 mod flight;
 mod kv;
+mod pod_events;
 mod request;
+mod setup;
 
 pub use admission::{PRIORITY_HEADER, TENANT_HEADER};
+pub use error::SimError;
 use flight::{Flight, Live};
+use pod_events::PodStates;
 
 /// What the router learns about each request, as a given shell would tell it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -116,8 +127,12 @@ impl RouterBlocks {
 /// What a simulated cluster is made of.
 #[derive(Clone, Debug)]
 pub struct ClusterConfig {
-    /// Every replica's engine.
+    /// Every replica's engine, unless `pod_engines` names it.
     pub engine: EngineConfig,
+    /// The engines of the replicas named here instead of `engine` (replicas of different
+    /// speeds and capacities). Each must name a pod of `pods` and have `engine`'s block size
+    /// (the router's token keys and the KV events are cut in it).
+    pub pod_engines: BTreeMap<String, EngineConfig>,
     /// Pod names, one engine each.
     pub pods: Vec<String>,
     /// The model name routed for.
@@ -137,7 +152,8 @@ pub struct ClusterConfig {
     /// scrapes `/metrics`); off = the router knows only what it routed.
     pub observe_engines: bool,
     /// The per-pod capacity told to the router ([`Router::set_pod_capacity`], used by
-    /// `least-ttft`); `None` = the engines' `max_num_seqs`, as a shell that knows its pods would.
+    /// `least-ttft`); `None` = each pod's engine's `max_num_seqs`, as a shell that knows its
+    /// pods would.
     pub router_max_seqs: Option<u32>,
     /// What the router is told about each request.
     pub feedback: Feedback,
@@ -157,9 +173,17 @@ pub struct ClusterConfig {
     pub admission: Option<AdmissionPolicy>,
     /// How many times a client sends a request again after a 429, `Retry-After` later.
     pub shed_retries: u32,
+    /// Pods added, removed or failing during the first run, in time order (see
+    /// `cluster/pod_events.rs`; not with `kv_events`).
+    pub pod_events: Vec<PodEvent>,
 }
 
 impl ClusterConfig {
+    /// The engine of the pod named `pod`: its `pod_engines` entry, else `engine`.
+    pub fn engine_of(&self, pod: &str) -> EngineConfig {
+        self.pod_engines.get(pod).copied().unwrap_or(self.engine)
+    }
+
     /// What the router's index is keyed by (the configured choice, token blocks with KV
     /// events, or the tokenizer's default).
     pub fn router_blocks(&self) -> RouterBlocks {
@@ -175,6 +199,7 @@ impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
             engine: EngineConfig::default(),
+            pod_engines: BTreeMap::new(),
             pods: vec!["A".into(), "B".into()],
             model: "study".into(),
             router: RouterConfig::default(),
@@ -190,45 +215,9 @@ impl Default for ClusterConfig {
             kv_events: false,
             admission: None,
             shed_retries: 0,
+            pod_events: Vec::new(),
         }
     }
-}
-
-/// Why a simulation could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    /// The engine configuration is invalid.
-    #[error("engine: {0}")]
-    Engine(#[from] crate::engine::EngineConfigError),
-    /// The router configuration is invalid.
-    #[error("router: {0}")]
-    Router(#[from] kvroute_core::ConfigError),
-    /// A pod could not be registered.
-    #[error("pod: {0}")]
-    Pod(#[from] kvroute_core::RegistryError),
-    /// No pod, or too many.
-    #[error("a cluster needs between 1 and 4096 pods, got {0}")]
-    PodCount(usize),
-    /// The admission policy is invalid.
-    #[error("admission: {0}")]
-    Admission(#[from] kvroute_core::AdmissionPolicyError),
-    /// The client cap is zero.
-    #[error("the client in-flight cap must be at least 1")]
-    ClientCap,
-    /// A request's `routing-strategy` header is invalid.
-    #[error("request {index}: {source}")]
-    Strategy {
-        /// 1-based request number.
-        index: usize,
-        /// The parse error.
-        source: kvroute_core::StrategyError,
-    },
-    /// The engine's block size cannot key token blocks ([`RouterBlocks::Tokens`]).
-    #[error("token blocks: {0}")]
-    TokenBlocks(#[from] kvroute_core::InvalidBlockTokens),
-    /// The tokenizer refused a priming prompt.
-    #[error("priming prompt: {0}")]
-    Prime(#[from] kvroute_tokens::EncodeError),
 }
 
 /// The gauges at one sampling instant.
@@ -270,6 +259,29 @@ pub struct RunResult {
     pub peak_timed_responses: usize,
 }
 
+impl RunResult {
+    /// The decisions by reason, `reason=count` separated by spaces.
+    pub fn reasons_text(&self) -> String {
+        let reasons: Vec<String> = self
+            .reasons
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        reasons.join(" ")
+    }
+
+    /// The largest sampled waiting queue per pod, `pod=count` separated by spaces, for the
+    /// pods named `pods` (in the cluster's order).
+    pub fn peaks_text(&self, pods: &[String]) -> String {
+        let peaks: Vec<String> = pods
+            .iter()
+            .zip(&self.peak_waiting)
+            .map(|(p, w)| format!("{p}={w}"))
+            .collect();
+        peaks.join(" ")
+    }
+}
+
 /// A router and its engines.
 pub struct Cluster {
     config: ClusterConfig,
@@ -287,10 +299,17 @@ pub struct Cluster {
     kv_scratch: Vec<BlockEvent>,
     /// Requests the router holds: the request and its keys, to offer again.
     queued: BTreeMap<QueueId, (usize, Keyed)>,
+    /// [`ClusterConfig::pod_events`]: which pods are listed and alive, and what is to come.
+    pod_state: PodStates,
 }
 
 fn ts(us: u64) -> Timestamp {
     Timestamp::from_millis(us / 1000)
+}
+
+/// Pod `i`'s `ip:port`.
+fn pod_address(i: usize) -> String {
+    format!("127.0.{}.{}:8000", i / 250, i % 250 + 1)
 }
 
 /// A prompt as the cluster routes and serves it.
@@ -312,6 +331,19 @@ impl Cluster {
         if config.client_cap == 0 {
             return Err(SimError::ClientCap);
         }
+        for (pod, e) in &config.pod_engines {
+            if !config.pods.contains(pod) {
+                return Err(SimError::UnknownPod(pod.clone()));
+            }
+            if e.block_size != config.engine.block_size {
+                return Err(SimError::PodBlockSize {
+                    pod: pod.clone(),
+                    block_size: e.block_size,
+                    expected: config.engine.block_size,
+                });
+            }
+        }
+        let pod_state = PodStates::new(&config)?;
         let mut router = Router::new(config.router.clone())?;
         let token_keys = match config.router_blocks() {
             RouterBlocks::Text => None,
@@ -320,7 +352,7 @@ impl Cluster {
         let mut pod_ids = Vec::new();
         let mut engines = Vec::new();
         for (i, name) in config.pods.iter().enumerate() {
-            let address = format!("127.0.{}.{}:8000", i / 250, i % 250 + 1);
+            let address = pod_address(i);
             let id = router.add_pod(
                 &config.model,
                 PodSpec {
@@ -329,14 +361,19 @@ impl Cluster {
                     ready: true,
                 },
             )?;
+            let engine_config = config.engine_of(name);
             router.set_pod_capacity(
                 id,
-                config.router_max_seqs.unwrap_or(config.engine.max_num_seqs),
+                config.router_max_seqs.unwrap_or(engine_config.max_num_seqs),
             )?;
             pod_ids.push(id);
-            let mut engine = Engine::new(config.engine)?;
+            let mut engine = Engine::new(engine_config)?;
             engine.record_kv_events(config.kv_events);
             engines.push(engine);
+            if !pod_state.listed[i] {
+                // Added later by a pod line: never routed to before.
+                router.remove_pod(id)?;
+            }
         }
         if config.kv_events {
             // Subscribed since the engines started with empty caches: batch 0 says so.
@@ -358,6 +395,7 @@ impl Cluster {
             kv_seq,
             kv_scratch: Vec::new(),
             queued: BTreeMap::new(),
+            pod_state,
         })
     }
 
@@ -413,7 +451,9 @@ impl Cluster {
     pub fn place_in_index(&mut self, pod: usize, prompt: &str) -> Result<(), SimError> {
         let keyed = self.keyed(prompt)?;
         for (i, &id) in self.pod_ids.iter().enumerate() {
-            self.router.set_pod_ready(id, i == pod)?;
+            if self.pod_state.listed[i] {
+                self.router.set_pod_ready(id, i == pod)?;
+            }
         }
         let spec = StrategySpec::single(kvroute_core::Strategy::LeastRequest);
         let mut request = RouteRequest::new(&self.config.model, &keyed.hashes).with_strategy(&spec);
@@ -428,8 +468,10 @@ impl Cluster {
                 Timestamp::ZERO,
             );
         }
-        for &id in &self.pod_ids {
-            self.router.set_pod_ready(id, true)?;
+        for (i, &id) in self.pod_ids.iter().enumerate() {
+            if self.pod_state.listed[i] {
+                self.router.set_pod_ready(id, true)?;
+            }
         }
         Ok(())
     }
@@ -452,7 +494,7 @@ impl Cluster {
 
     fn snapshot(&mut self, now_us: u64, samples: &mut Vec<GaugeSample>) {
         let counters: Vec<EngineCounters> = self.engines.iter().map(Engine::counters).collect();
-        for (c, &id) in counters.iter().zip(&self.pod_ids) {
+        for (e, (c, &id)) in counters.iter().zip(&self.pod_ids).enumerate() {
             let snap = EngineSnapshot {
                 running: c.running,
                 waiting: c.waiting,
@@ -473,7 +515,8 @@ impl Cluster {
                 request_generation_tokens: Some(c.request_generation_tokens),
                 generation_requests: Some(c.finished),
             };
-            if self.config.observe_engines {
+            // A dead engine cannot be scraped; a removed one is not the router's.
+            if self.config.observe_engines && self.pod_state.serving(e) {
                 let _ = self.router.observe_engine(id, snap, ts(now_us));
             }
         }
@@ -513,7 +556,9 @@ impl Cluster {
             specs.push(spec);
         }
         let (reasons0, imbalance0) = self.reasons_and_imbalance();
-        let counters0: Vec<EngineCounters> = self.engines.iter().map(Engine::counters).collect();
+        let counters0: Vec<EngineCounters> = (0..self.engines.len())
+            .map(|e| self.engine_counters(e))
+            .collect();
         let n = arrivals.len();
         let mut live: Vec<Live> = (0..n).map(|_| Live::default()).collect();
         let mut records: Vec<RequestRecord> = arrivals
@@ -561,17 +606,20 @@ impl Cluster {
             let pending_at = flight.pending.front().map(|p| p.0);
             let retry_at = flight.retries.first().map(|r| r.0);
             let deadline_at = self.router.queue_deadline().map(|t| t.as_millis() * 1_000);
+            let pod_event_at = self.pod_state.next_at();
             if step_end.is_none()
                 && arrival_at.is_none()
                 && deferred.is_empty()
                 && flight.pending.is_empty()
                 && retry_at.is_none()
                 && deadline_at.is_none()
+                && pod_event_at.is_none()
             {
                 // Nothing can happen any more (every remaining request failed to start).
                 break;
             }
             let t_next = [
+                pod_event_at,
                 step_end.map(|(t, _)| t),
                 pending_at,
                 arrival_at,
@@ -585,6 +633,11 @@ impl Cluster {
             .unwrap_or(now);
             now = t_next.max(now);
 
+            if pod_event_at.is_some_and(|t| t <= now) {
+                self.apply_pod_events(now, &mut live, &mut records, &mut flight, &mut busy_until)?;
+                pump!();
+                continue;
+            }
             if let Some((t, e)) = step_end.filter(|(t, _)| *t <= now) {
                 busy_until[e] = None;
                 events.clear();
@@ -671,12 +724,11 @@ impl Cluster {
         }
         self.snapshot(now, &mut samples);
 
-        let engines: Vec<EngineCounters> = self
-            .engines
+        let engines: Vec<EngineCounters> = counters0
             .iter()
-            .zip(&counters0)
+            .enumerate()
             .map(|(e, c0)| {
-                let c = e.counters();
+                let c = self.engine_counters(e);
                 EngineCounters {
                     prefix_cache_queries: c.prefix_cache_queries - c0.prefix_cache_queries,
                     prefix_cache_hits: c.prefix_cache_hits - c0.prefix_cache_hits,

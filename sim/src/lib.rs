@@ -10,9 +10,11 @@
 //! - [`prompt_tokens`]: a prompt's token ids, from that model or a real tokenizer;
 //! - [`workload`]: the study's scenarios and the JSONL trace format;
 //! - [`cluster`]: the discrete-event loop (router + replicas + client);
+//! - [`replicas`]: replicas of different speeds and capacities (`run --pod`);
 //! - [`study`]: the study's phases and rounds;
 //! - [`bar`]: issue 6's bar, a strategy against the study's three phase by phase;
 //! - [`report`]: metrics, the study table and per-request records;
+//! - [`router_file`]: router parameters from a kvroute TOML file (`run --router-config`);
 //! - [`plot`]: the SVG plot of TTFT over time;
 //! - [`serve`]: the fake vLLM HTTP server;
 //! - [`replay`]: the load client for a live endpoint.
@@ -29,7 +31,9 @@ pub mod overload;
 pub mod plot;
 pub mod prompt_tokens;
 pub mod replay;
+pub mod replicas;
 pub mod report;
+pub mod router_file;
 pub mod serve;
 pub mod study;
 pub mod tokenizer;

@@ -3,7 +3,8 @@
 //! Definitions (the study's):
 //! - success: HTTP 200, content received, `[DONE]` received and exactly the planned output tokens;
 //! - TTFT: send → first content; TPOT: (last content − first content) / (output tokens − 1);
-//!   E2E: send → end of stream;
+//!   E2E: send → end of stream (the simulator's records also carry TTFT from the planned
+//!   arrival, see [`PlannedRow`]);
 //! - within SLO: success, TTFT ≤ 2 s, TPOT ≤ 150 ms and E2E ≤ 30 s, counted out of the planned
 //!   arrivals (a request never sent still counts in the denominator);
 //! - P95: over the successful requests, linear interpolation between closest ranks
@@ -13,6 +14,9 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use serde::Serialize;
+
+mod planned;
+pub use planned::{planned_table, within_slo_from_planned, PlannedRow};
 
 /// The study's service-level objective.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -67,8 +71,13 @@ pub struct RequestRecord {
     pub success: bool,
     /// Why it failed, if it did.
     pub error: Option<String>,
-    /// Time to first token, s.
+    /// Time to first token from the (first) send, s.
     pub ttft_s: Option<f64>,
+    /// Time to first token from the planned arrival ([`RequestRecord::planned_s`]), s: what a
+    /// user who arrived on time waited, including the time the client's in-flight cap held
+    /// the request back (the simulator; absent where only the send is known).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub planned_ttft_s: Option<f64>,
     /// Time per output token after the first, ms.
     pub tpot_ms: Option<f64>,
     /// End-to-end latency, s.

@@ -376,24 +376,13 @@ pub fn cache_row(p: &PhaseResult) -> CacheRow {
 /// throughput and, under a hotspot, where the hot family went.
 pub fn phase_notes(p: &PhaseResult) -> String {
     let pods = &p.pods;
-    let reasons: Vec<String> = p
-        .run
-        .reasons
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    let peaks: Vec<String> = pods
-        .iter()
-        .zip(&p.run.peak_waiting)
-        .map(|(n, w)| format!("{n}={w}"))
-        .collect();
     let mut s = format!(
         "{} {}: reasons {} · imbalance events {} · peak waiting {} · output {:.1} tok/s",
         p.summary.label,
         p.strategy,
-        reasons.join(" "),
+        p.run.reasons_text(),
         p.run.imbalance_events,
-        peaks.join(" "),
+        p.run.peaks_text(pods),
         p.run.output_throughput
     );
     if matches!(p.scenario, Scenario::Hot50 | Scenario::Hot90) {

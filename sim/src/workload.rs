@@ -27,22 +27,15 @@
 //!   [`Scenario::Skewed`] warm's to [`SKEWED_REPLICAS`] warm replicas while the index places
 //!   every family on A.
 //!
-//! ## Trace format (JSONL, one request per line)
-//! ```json
-//! {"at": 0.0, "prompt": "literal prompt text", "output_tokens": 128}
-//! {"at": 0.625, "prompt_id": "doc-7", "prompt_tokens": 5000, "suffix": " Q1", "output_tokens": 64,
-//!  "headers": {"routing-strategy": "least-request"}}
-//! ```
-//! `at` is seconds from the start, non-decreasing. Either `prompt` or `prompt_id` +
-//! `prompt_tokens` (a deterministic synthetic text of that many tokens, equal for equal ids,
-//! followed by the optional `suffix`). `output_tokens` defaults to 128. `headers` is optional;
-//! `routing-strategy` picks the strategy of that request.
+//! ## Traces
+//! User workloads as JSONL: [`trace`] ([`parse_trace`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
-use serde::Deserialize;
+pub mod trace;
+pub use trace::{parse_trace, TraceError};
 
 /// The study's sentence, repeated 300 times in every prompt.
 pub const SENTENCE: &str =
@@ -274,8 +267,12 @@ pub struct Arrival {
     pub family: Option<usize>,
     /// The prompt text.
     pub prompt: Arc<str>,
-    /// Output tokens (`max_tokens`, generated to the end as with `ignore_eos`).
+    /// Output tokens the engine generates: the answer's length (`max_tokens` with
+    /// `ignore_eos`, fewer for an answer that stops at EOS).
     pub output_tokens: u32,
+    /// The request's `max_tokens` (at least `output_tokens`): the router is told it as the
+    /// request's output limit, and the engine accepts or refuses the request on it.
+    pub max_tokens: u32,
     /// Request headers, e.g. `routing-strategy`.
     pub headers: BTreeMap<String, String>,
 }
@@ -347,6 +344,7 @@ impl StudyPhase {
                 prompt: study_prompt(&salts[family], family + 1, question_number(round_seed, i))
                     .into(),
                 output_tokens,
+                max_tokens: output_tokens,
                 headers: BTreeMap::new(),
             })
             .collect();
@@ -412,101 +410,6 @@ pub fn arrival_times(process: ArrivalProcess, seed: u64, n: usize, rate: f64) ->
 /// The six-digit question number of request `i`.
 pub fn question_number(seed: u64, i: usize) -> u32 {
     100_000 + (seed % 8) as u32 * 100_000 + (i % 100_000) as u32
-}
-
-/// A trace line that could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    /// The line is not valid JSON of the trace shape.
-    #[error("trace line {line}: {source}")]
-    Json {
-        /// 1-based line number.
-        line: usize,
-        /// The parse error.
-        source: serde_json::Error,
-    },
-    /// The line is JSON but not a usable request.
-    #[error("trace line {line}: {message}")]
-    Invalid {
-        /// 1-based line number.
-        line: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// The trace has no request.
-    #[error("trace has no request")]
-    Empty,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TraceLine {
-    at: f64,
-    prompt: Option<String>,
-    prompt_id: Option<String>,
-    prompt_tokens: Option<u32>,
-    suffix: Option<String>,
-    output_tokens: Option<u32>,
-    #[serde(default)]
-    headers: BTreeMap<String, String>,
-}
-
-/// Parses a JSONL trace (blank lines and lines starting with `#` are skipped).
-pub fn parse_trace(text: &str) -> Result<Vec<Arrival>, TraceError> {
-    let mut out = Vec::new();
-    let mut last = 0u64;
-    for (n, raw) in text.lines().enumerate() {
-        let line = n + 1;
-        let raw = raw.trim();
-        if raw.is_empty() || raw.starts_with('#') {
-            continue;
-        }
-        let t: TraceLine =
-            serde_json::from_str(raw).map_err(|source| TraceError::Json { line, source })?;
-        let bad = |message: &str| TraceError::Invalid {
-            line,
-            message: message.to_owned(),
-        };
-        if !t.at.is_finite() || t.at < 0.0 || t.at > 1e7 {
-            return Err(bad("`at` must be seconds between 0 and 10^7"));
-        }
-        let at_us = (t.at * 1e6).round() as u64;
-        if at_us < last {
-            return Err(bad("`at` must not decrease"));
-        }
-        last = at_us;
-        let prompt = match (t.prompt, t.prompt_id, t.prompt_tokens) {
-            (Some(p), None, None) => p,
-            (None, Some(id), Some(len)) if (1..=1_000_000).contains(&len) => {
-                synthetic_prompt(&id, len as usize)
-            }
-            (None, Some(_), _) => {
-                return Err(bad(
-                    "`prompt_id` needs `prompt_tokens` between 1 and 1000000",
-                ))
-            }
-            _ => return Err(bad("give either `prompt` or `prompt_id` + `prompt_tokens`")),
-        };
-        let prompt = prompt + t.suffix.as_deref().unwrap_or("");
-        if prompt.is_empty() {
-            return Err(bad("the prompt is empty"));
-        }
-        let output_tokens = t.output_tokens.unwrap_or(STUDY_OUTPUT_TOKENS);
-        if output_tokens == 0 {
-            return Err(bad("`output_tokens` must be at least 1"));
-        }
-        out.push(Arrival {
-            at_us,
-            family: None,
-            prompt: prompt.into(),
-            output_tokens,
-            headers: t.headers,
-        });
-    }
-    if out.is_empty() {
-        return Err(TraceError::Empty);
-    }
-    Ok(out)
 }
 
 /// A deterministic text of exactly `tokens` tokens (see [`crate::tokenizer`]) for an id.
@@ -624,28 +527,5 @@ mod tests {
         assert_eq!(Scenario::Eviction.kv_blocks(160), EVICTION_KV_BLOCKS);
         assert_eq!(Scenario::Eviction.kv_blocks(22), 22);
         assert_eq!(Scenario::Cold.kv_blocks(160), 160);
-    }
-
-    #[test]
-    fn traces_parse_and_bad_lines_are_errors() {
-        let t = "# comment\n{\"at\":0,\"prompt\":\"hi\"}\n{\"at\":1.5,\"prompt_id\":\"x\",\"prompt_tokens\":50,\"output_tokens\":3,\"headers\":{\"routing-strategy\":\"random\"}}\n";
-        let a = parse_trace(t).unwrap();
-        assert_eq!(a.len(), 2);
-        assert_eq!(a[1].at_us, 1_500_000);
-        assert_eq!(count_tokens(&a[1].prompt), 50);
-        assert_eq!(a[1].headers["routing-strategy"], "random");
-        assert!(matches!(
-            parse_trace("{\"at\":1}"),
-            Err(TraceError::Invalid { line: 1, .. })
-        ));
-        assert!(matches!(
-            parse_trace("{\"at\":2,\"prompt\":\"a\"}\n{\"at\":1,\"prompt\":\"b\"}"),
-            Err(TraceError::Invalid { line: 2, .. })
-        ));
-        assert!(matches!(
-            parse_trace("nope"),
-            Err(TraceError::Json { line: 1, .. })
-        ));
-        assert!(matches!(parse_trace(""), Err(TraceError::Empty)));
     }
 }

@@ -12,6 +12,7 @@ fn arrival(at_s: f64, prompt: String, out: u32) -> Arrival {
         family: None,
         prompt: prompt.into(),
         output_tokens: out,
+        max_tokens: out,
         headers: BTreeMap::new(),
     }
 }
@@ -76,7 +77,7 @@ fn trace_headers_override_the_strategy_and_bad_requests_fail_cleanly() {
     let trace = "{\"at\":0,\"prompt\":\"hello\",\"output_tokens\":2,\"headers\":{\"routing-strategy\":\"least-request\"}}\n\
                  {\"at\":0.1,\"prompt_id\":\"x\",\"prompt_tokens\":33000,\"output_tokens\":2}\n\
                  {\"at\":0.2,\"prompt\":\"bye\",\"output_tokens\":2}\n";
-    let arrivals = parse_trace(trace).unwrap();
+    let arrivals = parse_trace(trace).unwrap().arrivals;
     let mut c = Cluster::new(ClusterConfig::default()).unwrap();
     let r = c
         .run(&arrivals, &StrategySpec::single(Strategy::Random), "t")
@@ -96,7 +97,8 @@ fn trace_headers_override_the_strategy_and_bad_requests_fail_cleanly() {
     let bad = parse_trace(
         "{\"at\":0,\"prompt\":\"x\",\"headers\":{\"routing-strategy\":\"round-robin\"}}",
     )
-    .unwrap();
+    .unwrap()
+    .arrivals;
     let mut c = Cluster::new(ClusterConfig::default()).unwrap();
     assert!(c.run(&bad, &StrategySpec::default(), "t").is_err());
     assert!(Cluster::new(ClusterConfig {

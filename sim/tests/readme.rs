@@ -545,8 +545,9 @@ fn check_order_ranges(md: &str, stdout: &str) {
     );
 }
 
-/// `kvroute-sim run`: a reasons line per strategy and the study-layout table.
-fn check_run(args: &[String], out: &Output) {
+/// `kvroute-sim run`: a reasons line per strategy and the study-layout table, and every table
+/// row its block shows beside it.
+fn check_run(args: &[String], out: &Output, block: &[String]) {
     let stdout = text(&out.stdout);
     let ctx = format!("run {}:\n{stdout}{}", args.join(" "), text(&out.stderr));
     assert!(out.status.success(), "{ctx}");
@@ -577,6 +578,12 @@ fn check_run(args: &[String], out: &Output) {
             "{s}: {ctx}"
         );
     }
+    for shown in block.iter().filter(|l| l.starts_with("| ")) {
+        assert!(
+            stdout.lines().any(|l| l == shown),
+            "the README shows {shown:?}: {ctx}"
+        );
+    }
 }
 
 #[test]
@@ -586,7 +593,7 @@ fn runnable_examples_run_as_written_and_print_what_the_readme_says() {
     let md = &md;
     let by_sub = |s: &str| examples.iter().filter(|(c, _)| c.sub == s).count();
     assert_eq!(by_sub("bar"), 3, "{examples:?}");
-    assert_eq!(by_sub("run"), 1, "{examples:?}");
+    assert_eq!(by_sub("run"), 5, "{examples:?}");
     assert_eq!(by_sub("serve"), 1, "{examples:?}");
     // The simulations at once (2 cores: about 5 s), the server meanwhile.
     std::thread::scope(|scope| {
@@ -604,7 +611,7 @@ fn runnable_examples_run_as_written_and_print_what_the_readme_says() {
                                 check_order_ranges(md, &text(&out.stdout));
                             }
                         } else {
-                            check_run(&args, &out);
+                            check_run(&args, &out, block);
                         }
                     });
                 }

@@ -58,6 +58,7 @@ fn shared_prefix_arrivals() -> Vec<Arrival> {
             family: None,
             prompt: format!("{document}\nQuestion {i}: which block holds word {i}?").into(),
             output_tokens: 4,
+            max_tokens: 4,
             headers: BTreeMap::new(),
         })
         .collect()
@@ -412,7 +413,7 @@ fn run_routes_a_trace_with_the_tokenizer_on_token_blocks() {
     )
     .unwrap();
     let mut n = 0;
-    for (line, a) in records.lines().zip(&trace) {
+    for (line, a) in records.lines().zip(&trace.arrivals) {
         let r: Value = serde_json::from_str(line).unwrap();
         let expected = model.encode_completion(&a.prompt).unwrap().len();
         assert_eq!(r["prompt_tokens"].as_u64(), Some(expected as u64), "{line}");
@@ -421,7 +422,7 @@ fn run_routes_a_trace_with_the_tokenizer_on_token_blocks() {
         assert_eq!(pair(d, "pred_cached_tokens").1 as usize, expected, "{d}");
         n += 1;
     }
-    assert_eq!(n, trace.len());
+    assert_eq!(n, trace.arrivals.len());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ pub(super) fn route_request<'a>(
 ) -> RouteRequest<'a> {
     let mut request = RouteRequest::new(model, &keyed.hashes)
         .with_strategy(spec)
-        .with_max_output_tokens(Some(a.output_tokens));
+        .with_max_output_tokens(Some(a.max_tokens));
     if let Some(t) = keyed.tokens {
         request = request.with_tokens(t);
     }
@@ -122,8 +122,14 @@ impl Cluster {
         records: &mut [RequestRecord],
         busy_until: &mut [Option<u64>],
     ) -> bool {
+        if !self.pod_state.alive[pod] {
+            self.refuse_connection(id, pod, now, live, records);
+            return false;
+        }
         let tokens = std::mem::take(&mut live[id].ids);
-        if let Err(e) = self.engines[pod].submit(id as u64, &tokens, a.output_tokens) {
+        let submitted =
+            self.engines[pod].submit_stopping(id as u64, &tokens, a.max_tokens, a.output_tokens);
+        if let Err(e) = submitted {
             let rec = &mut records[id];
             rec.error = Some(e.to_string());
             rec.status = Some(400);
@@ -163,6 +169,9 @@ impl Cluster {
         rec.status = Some(200);
         rec.success = true;
         rec.ttft_s = Some((first - l.sent_us) as f64 / 1e6);
+        // `planned_s` is a whole number of µs over 10^6: exact back to µs.
+        let planned_us = (rec.planned_s * 1e6).round() as u64;
+        rec.planned_ttft_s = Some(first.saturating_sub(planned_us) as f64 / 1e6);
         rec.tpot_ms =
             Some((last - first) as f64 / 1e3 / f64::from(l.generated.saturating_sub(1).max(1)));
         rec.e2e_s = Some((t - l.sent_us) as f64 / 1e6);

@@ -101,7 +101,8 @@ pub struct TokenEvent {
     pub cached_tokens: u32,
     /// Prompt tokens.
     pub prompt_tokens: u32,
-    /// Whether this was the last token (`generated == max_tokens`); the request is gone.
+    /// Whether this was the last token (the request's output length reached); the request is
+    /// gone.
     pub finished: bool,
 }
 
@@ -150,11 +151,48 @@ pub struct EngineCounters {
     pub request_generation_tokens: u64,
 }
 
+impl EngineCounters {
+    /// Adds `earlier`'s cumulative counters (an engine this one replaced) to this one's; the
+    /// gauges (`running`, `waiting`, `kv_usage`) stay this engine's.
+    pub fn accumulate(&mut self, earlier: &EngineCounters) {
+        for (mine, theirs) in [
+            (&mut self.prefix_cache_queries, earlier.prefix_cache_queries),
+            (&mut self.prefix_cache_hits, earlier.prefix_cache_hits),
+            (&mut self.steps, earlier.steps),
+            (&mut self.preemptions, earlier.preemptions),
+            (&mut self.evictions, earlier.evictions),
+            (
+                &mut self.prompt_tokens_computed,
+                earlier.prompt_tokens_computed,
+            ),
+            (&mut self.generation_tokens, earlier.generation_tokens),
+            (&mut self.finished, earlier.finished),
+            (&mut self.prefill_time_us, earlier.prefill_time_us),
+            (&mut self.prefills, earlier.prefills),
+            (&mut self.inter_token_time_us, earlier.inter_token_time_us),
+            (&mut self.inter_tokens, earlier.inter_tokens),
+            (&mut self.queue_time_us, earlier.queue_time_us),
+            (&mut self.decode_time_us, earlier.decode_time_us),
+            (
+                &mut self.request_prompt_tokens,
+                earlier.request_prompt_tokens,
+            ),
+            (
+                &mut self.request_generation_tokens,
+                earlier.request_generation_tokens,
+            ),
+        ] {
+            *mine += theirs;
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Req {
     id: RequestId,
     prompt_len: u32,
-    max_tokens: u32,
+    // Output tokens it generates before it stops (`max_tokens`, or fewer: EOS).
+    output_tokens: u32,
     // Chained hashes of the prompt's complete blocks.
     hashes: Vec<u64>,
     // The prompt's tokens, kept only while KV events are recorded.
@@ -246,12 +284,26 @@ impl Engine {
         &self.config
     }
 
-    /// Queues a request (FCFS) with the prompt's token ids.
+    /// Queues a request (FCFS) with the prompt's token ids; it generates `max_tokens` tokens
+    /// (as with `ignore_eos`).
     pub fn submit(
         &mut self,
         id: RequestId,
         tokens: &[u32],
         max_tokens: u32,
+    ) -> Result<(), SubmitError> {
+        self.submit_stopping(id, tokens, max_tokens, max_tokens)
+    }
+
+    /// Queues a request that asks for `max_tokens` but stops (at EOS) after `output_tokens`,
+    /// clamped to `1..=max_tokens`. It is accepted or refused on `max_tokens`, as vLLM checks
+    /// prompt + `max_tokens` against `max_model_len`.
+    pub fn submit_stopping(
+        &mut self,
+        id: RequestId,
+        tokens: &[u32],
+        max_tokens: u32,
+        output_tokens: u32,
     ) -> Result<(), SubmitError> {
         let prompt = u32::try_from(tokens.len()).unwrap_or(u32::MAX);
         if prompt == 0 {
@@ -285,7 +337,7 @@ impl Engine {
         self.waiting.push_back(Req {
             id,
             prompt_len: prompt,
-            max_tokens,
+            output_tokens: output_tokens.clamp(1, max_tokens),
             hashes,
             tokens: kept,
             computed: 0,
@@ -556,7 +608,7 @@ impl Engine {
                     self.counters.inter_tokens += 1;
                 }
                 r.last_token_us = end_us;
-                let finished = r.generated >= r.max_tokens;
+                let finished = r.generated >= r.output_tokens;
                 out.push(TokenEvent {
                     id: r.id,
                     generated: r.generated,

@@ -100,6 +100,29 @@ fn small_capacity_preempts_and_still_finishes_everything() {
 }
 
 #[test]
+fn an_answer_that_stops_at_eos_is_accepted_on_max_tokens() {
+    let mut e = Engine::new(EngineConfig::default()).unwrap();
+    e.submit_stopping(1, &prompt(1, 100), 50, 3).unwrap();
+    let (_, ev) = run_to_end(&mut e);
+    assert_eq!(ev.len(), 3);
+    assert!(ev[2].1.finished && ev[2].1.generated == 3);
+    assert_eq!(e.counters().generation_tokens, 3);
+    // Clamped to 1..=max_tokens.
+    e.submit_stopping(2, &prompt(2, 100), 2, 9).unwrap();
+    assert_eq!(run_to_end(&mut e).1.len(), 2);
+    e.submit_stopping(3, &prompt(3, 100), 2, 0).unwrap();
+    assert_eq!(run_to_end(&mut e).1.len(), 1);
+    // Fits with its output, not with what it asked for: refused, as vLLM refuses it.
+    assert!(matches!(
+        e.submit_stopping(4, &prompt(4, 32_000), 1_000, 10),
+        Err(SubmitError::TooLong {
+            max_tokens: 1_000,
+            ..
+        })
+    ));
+}
+
+#[test]
 fn bad_requests_are_errors() {
     let mut e = Engine::new(EngineConfig::default()).unwrap();
     assert_eq!(e.submit(1, &[], 1), Err(SubmitError::EmptyPrompt));

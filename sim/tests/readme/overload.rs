@@ -120,7 +120,10 @@ fn the_overload_tables_and_numbers_are_what_overload_prints() {
     for claim in claims {
         assert!(text.contains(&claim), "sim/README.md should say: {claim}");
     }
-    let top = top_readme().split_whitespace().collect::<Vec<_>>().join(" ");
+    let top = top_readme()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     let claim = format!(
         "keeps {}× the goodput of the best of random, least-request and prefix-cache",
         span(ratios.iter().map(|r| number(&r[1])), 1)
