@@ -178,7 +178,10 @@ fn held_requests_are_served_sheddable_ones_get_429_and_a_client_gone_leaves_the_
     assert_eq!(wait_count, 4.0);
     // Every hold went through Envoy's extended timer: no message timed out.
     let stat = |n: &str| envoy_stat(&envoy, &format!("http.kvroute_gateway.ext_proc.{n}"));
-    assert_eq!(stat("override_message_timeout_received"), 5);
+    // Four or five extensions: the client that leaves may be gone before its extension
+    // reaches Envoy (seen once in `make test`); the four served holds always get theirs.
+    let extended = stat("override_message_timeout_received");
+    assert!((4..=5).contains(&extended), "{extended} timer extensions");
     assert_eq!(stat("message_timeouts"), 0);
     println!(
         "admission e2e: 2 admitted, 5 held (4 critical served, 1 client gone), 3 shed; max queue {max_queue}; \
