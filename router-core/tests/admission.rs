@@ -6,7 +6,7 @@ mod common;
 use common::{router_with_pods, study_prompt, t, MODEL};
 use kvroute_core::{
     AdmissionPolicy, Admitted, BlockHash, Completion, Outcome, Priority, QueueId, RouteError,
-    RouteRequest, Router, RouterConfig, ShedReason, StrategySpec,
+    RouteRequest, Router, RouterConfig, ShedReason, StrategySpec, Timings,
 };
 
 fn config() -> RouterConfig {
@@ -295,4 +295,39 @@ fn the_target_counts_the_wait_late_standard_requests_are_shed_critical_ones_serv
     }
     assert_eq!(r.admission_stats(MODEL).unwrap().shed_late, 1);
     assert_eq!(r.next_queued(MODEL), None);
+}
+
+#[test]
+fn a_pod_that_starts_the_request_at_once_has_room_whatever_its_own_prefill() {
+    // A cold study prompt is predicted at about 2.4 s on a pod with nothing in front of it:
+    // over a 1 s target, but holding it could only make it later.
+    let policy = AdmissionPolicy {
+        ttft_target_ms: 1_000,
+        ..tight()
+    };
+    let (mut r, pods) = router_with_pods(
+        1,
+        RouterConfig {
+            default_strategy: StrategySpec::parse("least-ttft").unwrap(),
+            ..config()
+        },
+    );
+    r.set_pod_capacity(pods[0], 8).unwrap();
+    r.set_admission(MODEL, Some(policy)).unwrap();
+    let h = hashes(&r, 0, 0);
+    let req = RouteRequest::new(MODEL, &h);
+    let first = routed(r.admit(req, t(0)).unwrap());
+    // Decoding now: a free slot and no prefill in front of the next request, but the pod
+    // is not idle.
+    let timings = Timings {
+        first_token_ms: Some(2_000),
+        ..Timings::default()
+    };
+    r.first_token(first.ticket, timings, t(2_000)).unwrap();
+    let other = hashes(&r, 1, 0);
+    let second = routed(r.admit(RouteRequest::new(MODEL, &other), t(2_100)).unwrap());
+    assert_eq!(second.pod, pods[0]);
+    // Behind that one's prefill, the next would start late: it waits.
+    let third = hashes(&r, 2, 0);
+    queued(r.admit(RouteRequest::new(MODEL, &third), t(2_100)).unwrap());
 }

@@ -5,19 +5,23 @@
 //! - **Off unless asked for.** A model has no policy until [`crate::Router::set_admission`]
 //!   gives it one; without one [`crate::Router::admit`] routes exactly as
 //!   [`crate::Router::route`] does.
-//! - **Room.** A pod has room for a request when it is idle (nothing in flight from this
-//!   router, and with a fresh snapshot nothing running or waiting in its engine: holding the
-//!   request could not make it faster), or when its predicted TTFT for it (the `least-ttft`
-//!   model's, whatever the strategy) is within the target and its engine does not report
-//!   saturation by llm-d's detector's signals (a fresh snapshot with at least
-//!   [`AdmissionPolicy::queue_depth_threshold`] waiting requests or KV usage at least
+//! - **Room.** A pod has room for a request when it is *in time*: its predicted TTFT for the
+//!   request (the `least-ttft` model's, whatever the strategy) is within the target and its
+//!   engine does not report saturation by llm-d's detector's signals (a fresh snapshot with at
+//!   least [`AdmissionPolicy::queue_depth_threshold`] waiting requests or KV usage at least
 //!   [`AdmissionPolicy::kv_usage_threshold`]: a guard against a prediction that has gone
-//!   wrong). The model is **saturated** for the request when no candidate has room.
+//!   wrong). It also has room when nothing is in front of the request there, so that holding
+//!   it could only make it later: the pod is idle (nothing in flight from this router, and
+//!   with a fresh snapshot nothing running or waiting in its engine), or it is predicted to
+//!   start the request's prefill at once (no slot wait, no prefill backlog) and its engine is
+//!   not over those thresholds. The predicted TTFT is then the request's own prefill, which
+//!   only priors that overestimate can put over the target, and the model must serve such
+//!   requests to learn. The model is **saturated** for the request when no candidate has room.
 //! - **Routing among the pods with room.** Below saturation, with nothing queued, the request
 //!   is routed as [`crate::Router::route`] would, except that `least-ttft` chooses only among
-//!   the pods with room (its cost makes it prefer a pod that starts late but stalls less; with
-//!   a target to meet, that is a request lost). When every pod has room the decision is
-//!   `route`'s (the same PRNG draws).
+//!   the pods in time, failing those the pods with room (its cost makes it prefer a pod that
+//!   starts late but stalls less; with a target to meet, that is a request lost). When every
+//!   pod is in time the decision is `route`'s (the same PRNG draws).
 //! - **Priority** is an integer, higher first, as the Gateway API Inference Extension's
 //!   `InferenceObjective` priority: a negative priority is *sheddable*. Shells map names to it
 //!   ([`Priority::parse`]: `critical` 1, `standard` 0, `sheddable` -1).
@@ -232,6 +236,8 @@ impl AdmissionStats {
 pub(crate) struct PodRoom {
     /// Predicted TTFT, ms.
     pub(crate) ttft_ms: f64,
+    /// Predicted wait before the request's prefill starts (slot wait and prefill backlog), ms.
+    pub(crate) queue_ms: f64,
     /// Nothing in flight from this router, and (with a fresh snapshot) nothing running or
     /// waiting in its engine.
     pub(crate) idle: bool,
@@ -247,21 +253,29 @@ pub(crate) fn best_ttft_ms(pods: &[PodRoom]) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Whether a pod can take the request: idle (nothing is in front of the request, so holding it
-/// cannot make it faster; and a model whose priors overestimate would otherwise hold every
-/// request and never learn), or [`in_time`].
+/// Whether a pod can take the request: idle, or predicted to start its prefill at once with its
+/// engine not over the thresholds (either way nothing is in front of the request, so holding
+/// it cannot make it faster, only later; its TTFT is then its own prefill, and a model whose
+/// priors overestimate that would otherwise hold requests that meet the target and never
+/// learn), or [`in_time`].
 pub(crate) fn has_room(policy: &AdmissionPolicy, pod: &PodRoom, target_ms: f64) -> bool {
-    pod.idle || in_time(policy, pod, target_ms)
+    pod.idle
+        || (pod.queue_ms <= 0.0 && !engine_full(policy, pod))
+        || in_time(policy, pod, target_ms)
+}
+
+/// Whether the pod's fresh snapshot reports saturation by llm-d's detector's signals.
+fn engine_full(policy: &AdmissionPolicy, pod: &PodRoom) -> bool {
+    pod.engine.is_some_and(|(waiting, kv)| {
+        (policy.queue_depth_threshold > 0 && waiting >= policy.queue_depth_threshold)
+            || kv.is_some_and(|kv| kv >= policy.kv_usage_threshold)
+    })
 }
 
 /// Whether a pod is predicted to start the request within `target_ms` with its engine (when a
 /// fresh snapshot says) under llm-d's saturation thresholds.
 pub(crate) fn in_time(policy: &AdmissionPolicy, pod: &PodRoom, target_ms: f64) -> bool {
-    let engine_full = pod.engine.is_some_and(|(waiting, kv)| {
-        (policy.queue_depth_threshold > 0 && waiting >= policy.queue_depth_threshold)
-            || kv.is_some_and(|kv| kv >= policy.kv_usage_threshold)
-    });
-    pod.ttft_ms <= target_ms && !engine_full
+    pod.ttft_ms <= target_ms && !engine_full(policy, pod)
 }
 
 /// Whether the candidates are saturated for a request under `policy` (no pod has room within
@@ -287,6 +301,7 @@ mod tests {
     fn room(ttft_ms: f64, engine: Option<(u32, Option<f64>)>) -> PodRoom {
         PodRoom {
             ttft_ms,
+            queue_ms: 1.0,
             idle: false,
             engine,
         }

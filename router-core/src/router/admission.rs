@@ -243,6 +243,7 @@ impl Router {
             let engine_idle = snapshot.is_none_or(|s| s.running == 0 && s.waiting == 0);
             s.rooms.push(PodRoom {
                 ttft_ms: e.ttft_ms,
+                queue_ms: e.queue_ms,
                 idle: c.load == 0 && engine_idle,
                 engine: snapshot.map(|s| (s.waiting, s.kv_usage)),
             });
@@ -259,7 +260,7 @@ impl Router {
     }
 
     /// Leaves `least-ttft` (when the spec has it) only the candidates predicted to start the
-    /// request within `target_ms` (see [`crate::admission`]), failing those the idle ones, after
+    /// request within `target_ms` (see [`crate::admission`]), failing those the ones with room, after
     /// [`Router::saturation`]; a no-op when there are neither.
     fn restrict_to_room(
         &mut self,
@@ -272,15 +273,16 @@ impl Router {
             return;
         }
         let s = &mut self.scratch;
-        // The pods that start it in time; failing those, the idle ones.
-        let keep = |r: &PodRoom| admission::in_time(policy, r, target_ms);
-        let any_in_time = s.rooms.iter().any(keep);
-        let any_idle = s.rooms.iter().any(|r| r.idle);
-        if !any_in_time && !any_idle {
+        // The pods that start it in time; failing those, the ones with room (idle, or that
+        // start it at once).
+        let in_time = |r: &PodRoom| admission::in_time(policy, r, target_ms);
+        let room = |r: &PodRoom| admission::has_room(policy, r, target_ms);
+        let any_in_time = s.rooms.iter().any(in_time);
+        if !any_in_time && !s.rooms.iter().any(room) {
             return;
         }
-        for (cost, room) in s.costs.iter_mut().zip(&s.rooms) {
-            let kept = if any_in_time { keep(room) } else { room.idle };
+        for (cost, r) in s.costs.iter_mut().zip(&s.rooms) {
+            let kept = if any_in_time { in_time(r) } else { room(r) };
             if !kept {
                 *cost = f64::INFINITY;
             }
