@@ -300,12 +300,15 @@ pub struct RouterCollector {
 }
 
 /// Encodes one counter family from precomputed rows.
-pub(crate) fn counter(
+pub(crate) fn counter<N: Copy>(
     enc: &mut DescriptorEncoder<'_>,
     name: &str,
     help: &str,
-    rows: &[(Labels, u64)],
-) -> std::fmt::Result {
+    rows: &[(Labels, N)],
+) -> std::fmt::Result
+where
+    ConstCounter<N>: EncodeMetric,
+{
     let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
     for (labels, v) in rows {
         if labels.is_empty() {
@@ -482,6 +485,7 @@ impl prometheus_client::collector::Collector for RouterCollector {
             "Prompt tokens the TTFT model predicted the pod's engine would serve from its prefix cache (compare with kvroute_engine_prefix_cache_hits_total)",
             &predicted,
         )?;
+        encode_calibration(&mut enc, &stats.pods)?;
         let rates = |f: &dyn Fn(&kvroute_core::PodInfo) -> f64| -> Vec<(Labels, f64)> {
             stats
                 .pods
@@ -623,6 +627,57 @@ pub fn render(registry: &Registry) -> String {
     // A fmt::Write into a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, registry);
     out
+}
+
+/// least-ttft's predicted against reported TTFTs per pod and predicted wait
+/// (`kvroute_ttft_calibration_*`): mean error = (observed − predicted) / samples, mean absolute
+/// error = abs_error / samples, over any window with `rate()`.
+fn encode_calibration(
+    enc: &mut DescriptorEncoder<'_>,
+    pods: &[kvroute_core::PodInfo],
+) -> std::fmt::Result {
+    type Pick = fn(&kvroute_core::TtftErrors) -> f64;
+    let rows = |f: &dyn Fn(&kvroute_core::TtftErrors) -> f64| -> Vec<(Labels, f64)> {
+        let mut out = Vec::with_capacity(pods.len() * 2);
+        for p in pods {
+            let c = &p.ttft_calibration;
+            for (wait, e) in [("none", &c.at_once), ("predicted", &c.waited)] {
+                out.push((kv(&[("pod", &p.name), ("wait", wait)]), f(e)));
+            }
+        }
+        out
+    };
+    let samples: Vec<(Labels, u64)> = rows(&|e| e.samples as f64)
+        .into_iter()
+        .map(|(l, v)| (l, v as u64))
+        .collect();
+    counter(
+        enc,
+        "kvroute_ttft_calibration_samples",
+        "Requests whose first-token time was reported, by pod and by whether least-ttft's model predicted a wait (slot or prefill backlog) before their prefill when they were routed",
+        &samples,
+    )?;
+    let sums: [(&str, &str, Pick); 3] = [
+        (
+            "kvroute_ttft_calibration_predicted_seconds",
+            "The TTFTs least-ttft's model predicted for those requests at routing, summed",
+            |e| e.predicted_ms / 1_000.0,
+        ),
+        (
+            "kvroute_ttft_calibration_observed_seconds",
+            "Their reported first-token times (from routing), summed",
+            |e| e.observed_ms / 1_000.0,
+        ),
+        (
+            "kvroute_ttft_calibration_abs_error_seconds",
+            "|observed - predicted| of those requests, summed: divided by the samples, the model's mean absolute error",
+            |e| e.abs_error_ms / 1_000.0,
+        ),
+    ];
+    for (name, help, pick) in sums {
+        counter(enc, name, help, &rows(&pick))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -224,6 +224,14 @@ fn requests_reach_the_chosen_pod_and_say_why() {
     assert!(metric_sum(&m, "aibrix_prefix_cache_routing_selection_total{model=\"study\",selection=\"prefix_match\"") >= 1, "{m}");
     assert_eq!(metric_sum(&m, "kvroute_tickets_completed_total"), 6, "{m}");
     assert_eq!(metric_sum(&m, "kvroute_ticket_release_errors_total"), 0);
+    // The timed stream's first token was held against its prediction, once.
+    let calibration = format!(
+        "kvroute_ttft_calibration_samples_total{{pod=\"{}\"",
+        replica(&sse)
+    );
+    assert!(metric_sum(&m, &calibration) >= 1, "{m}");
+    let samples = metric_sum(&m, "kvroute_ttft_calibration_samples_total");
+    assert!((1..=6).contains(&samples), "{m}");
     // Every side stream ended the normal way (Envoy closed it), none failed by kvroute.
     assert_eq!(
         metric_sum(&m, "kvroute_ext_proc_stream_ends_total{how=\"closed\"}"),

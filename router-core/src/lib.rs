@@ -120,4 +120,4 @@ pub use time::Timestamp;
 pub use token_keys::{
     BlockExtras, InvalidBlockTokens, TokenKeyConfig, DEFAULT_BLOCK_TOKENS, MAX_BLOCK_TOKENS,
 };
-pub use ttft::{EngineSnapshot, TtftConfig, TtftSettingError};
+pub use ttft::{EngineSnapshot, TtftCalibration, TtftConfig, TtftErrors, TtftSettingError};

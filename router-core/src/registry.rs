@@ -75,6 +75,9 @@ pub struct PodInfo {
     pub tpot_ms: f64,
     /// The TTFT model's fixed part of a TTFT for it, ms (the prior until learned).
     pub overhead_ms: f64,
+    /// least-ttft's predicted TTFTs against the reported first-token times of the requests
+    /// routed to it (cumulative, kept when it is removed and added again under its name).
+    pub ttft_calibration: crate::ttft::TtftCalibration,
     /// Its health: ejection, probing, active checks ([`crate::HealthConfig`]).
     pub health: PodHealth,
 }
@@ -102,6 +105,7 @@ pub(crate) struct Pod {
 struct Retired {
     routed: u64,
     ejections: [u64; 2],
+    calibration: crate::ttft::TtftCalibration,
 }
 
 #[derive(Debug)]
@@ -211,7 +215,10 @@ impl Registry {
             in_flight: 0,
             routed: retired.routed,
             models: SmallVec::new(),
-            model: PodModel::new(ttft),
+            model: PodModel {
+                calibration: retired.calibration,
+                ..PodModel::new(ttft)
+            },
             health: Health::revived(retired.ejections),
             busy: BusyClock::default(),
         });
@@ -291,6 +298,7 @@ impl Registry {
         let retired = Retired {
             routed: p.routed,
             ejections: p.health.ejections(),
+            calibration: p.model.calibration,
         };
         for m in models {
             self.models[m.index()].pods.retain(|x| *x != pod);
@@ -319,6 +327,7 @@ impl Registry {
             prefill_tokens_per_s: p.model.prefill_rate(global),
             tpot_ms: p.model.tpot_ms.get(),
             overhead_ms: p.model.overhead_ms.get(),
+            ttft_calibration: p.model.calibration,
             health: p.health.view(),
         })
     }

@@ -612,3 +612,66 @@ fn token_blocks_are_counted_exactly() {
     assert_eq!(r.stats().prompt_bytes_per_token, before);
     r.check_invariants().unwrap();
 }
+
+/// Every request whose first-token time is reported counts once in its pod's calibration
+/// (predicted at routing against observed), split by whether a wait was predicted; requests
+/// without one count nowhere; a pod removed and added again keeps its counts.
+#[test]
+fn predictions_are_held_against_first_tokens_per_pod() {
+    let config = RouterConfig {
+        ttft: kvroute_core::TtftConfig {
+            max_seqs: 1,
+            ..ttft_config().ttft
+        },
+        ..ttft_config()
+    };
+    let (mut r, pods) = router_with_pods(1, config);
+    let h = r.hash_config().hashes(&[b'q'; 28_000]);
+    let route = |r: &mut Router, at: u64| r.route(RouteRequest::new(MODEL, &h), t(at)).unwrap();
+    let calibration = |r: &Router| r.pods()[0].ttft_calibration;
+    let first = |ms: u64| kvroute_core::Timings {
+        first_token_ms: Some(ms),
+        ..Default::default()
+    };
+    let d0 = route(&mut r, 0);
+    assert_eq!(d0.prediction.queue_ms, 0);
+    // One slot: the second waits for the first.
+    let d1 = route(&mut r, 10);
+    assert!(d1.prediction.queue_ms > 0);
+    r.first_token(d0.ticket, first(900), t(900)).unwrap();
+    r.first_token(d0.ticket, first(950), t(950)).unwrap();
+    let done = Completion {
+        outcome: Outcome::Success,
+        timings: first(900),
+    };
+    r.complete(d0.ticket, done, t(5_000)).unwrap();
+    let c = calibration(&r);
+    assert_eq!((c.at_once.samples, c.waited.samples), (1, 0));
+    assert_eq!(c.at_once.observed_ms, 900.0);
+    assert!((c.at_once.predicted_ms - f64::from(d0.prediction.ttft_ms)).abs() <= 0.5);
+    let error = 900.0 - c.at_once.predicted_ms;
+    assert_eq!(c.at_once.mean_error_ms(), Some(error));
+    assert_eq!(c.at_once.mean_abs_error_ms(), Some(error.abs()));
+    // The waiting one, reported at its completion only.
+    let done = Completion {
+        outcome: Outcome::Success,
+        timings: first(7_000),
+    };
+    r.complete(d1.ticket, done, t(12_000)).unwrap();
+    assert_eq!(calibration(&r).waited.samples, 1);
+    assert_eq!(calibration(&r).waited.observed_ms, 7_000.0);
+    // No first-token time, nothing counted.
+    let d2 = route(&mut r, 13_000);
+    r.complete(d2.ticket, Completion::new(Outcome::Success), t(14_000))
+        .unwrap();
+    let kept = calibration(&r);
+    assert_eq!(kept.total().samples, 2);
+    r.remove_pod(pods[0]).unwrap();
+    let again = kvroute_core::PodSpec {
+        name: "pod-0",
+        address: "10.0.0.1:8000",
+        ready: true,
+    };
+    r.add_pod(MODEL, again).unwrap();
+    assert_eq!(calibration(&r), kept);
+}

@@ -257,6 +257,8 @@ pub struct RunResult {
     pub timed_responses: u64,
     /// See `timed_responses`.
     pub peak_timed_responses: usize,
+    /// least-ttft's predictions against the first tokens the router was told of, per pod.
+    pub ttft_calibration: Vec<crate::report::PodCalibration>,
 }
 
 impl RunResult {
@@ -556,6 +558,7 @@ impl Cluster {
             specs.push(spec);
         }
         let (reasons0, imbalance0) = self.reasons_and_imbalance();
+        let calibration0 = self.router.pods();
         let counters0: Vec<EngineCounters> = (0..self.engines.len())
             .map(|e| self.engine_counters(e))
             .collect();
@@ -776,6 +779,19 @@ impl Cluster {
             duration_s: now as f64 / 1e6,
             timed_responses: self.timed_total,
             peak_timed_responses: self.timed_peak,
+            ttft_calibration: self
+                .router
+                .pods()
+                .iter()
+                .map(|p| {
+                    let before = calibration0
+                        .iter()
+                        .find(|b| b.name == p.name)
+                        .map(|b| b.ttft_calibration)
+                        .unwrap_or_default();
+                    crate::report::PodCalibration::between(&p.name, &before, &p.ttft_calibration)
+                })
+                .collect(),
         })
     }
 }

@@ -15,7 +15,9 @@ use std::fmt::Write;
 
 use serde::Serialize;
 
+mod calibration;
 mod planned;
+pub use calibration::{calibration_table, Errors, PodCalibration};
 pub use planned::{planned_table, within_slo_from_planned, PlannedRow};
 
 /// The study's service-level objective.

@@ -475,3 +475,33 @@ fn pod_lines_that_cannot_happen_are_errors_naming_the_line() {
     .unwrap();
     assert!(c.place(&trace.placements).is_err());
 }
+
+/// Each run reports, per pod, least-ttft's predictions against the first tokens the router was
+/// told of: every answered request once, as a wait when one was predicted; the second run on
+/// the same cluster counts only its own requests.
+#[test]
+fn a_run_reports_the_ttft_model_calibration_per_pod() {
+    // One slot: of four requests sent at once, the first starts at once and three wait.
+    let trace = parse_trace(&burst(4, 0.5, 3_000, 20)).unwrap().arrivals;
+    let cfg = ClusterConfig {
+        pods: vec!["A".into()],
+        ..ClusterConfig::default()
+    };
+    let mut cluster = Cluster::new(ClusterConfig {
+        router_max_seqs: Some(1),
+        ..cfg
+    })
+    .unwrap();
+    for _ in 0..2 {
+        let run = cluster
+            .run(&trace, &spec(Strategy::LeastTtft), "t")
+            .unwrap();
+        let [a] = &run.ttft_calibration[..] else {
+            panic!("{:?}", run.ttft_calibration);
+        };
+        assert_eq!(a.pod, "A");
+        assert_eq!((a.at_once.samples, a.waited.samples), (1, 3), "{a:?}");
+        let mae = a.waited.mean_abs_error_s.unwrap();
+        assert!(mae + 1e-9 >= a.waited.mean_error_s.unwrap().abs(), "{a:?}");
+    }
+}

@@ -678,6 +678,7 @@ impl Router {
         let context = TicketContext {
             prompt_bytes: size.prompt_bytes,
             queue_ms: est.queue_ms,
+            predicted_ttft_ms: est.ttft_ms,
             uncached_tokens: est.uncached_tokens,
             indexed_tokens: est.indexed_tokens,
             exact,

@@ -10,6 +10,8 @@ use crate::tickets::Timings;
 pub(crate) struct TicketContext {
     pub(crate) prompt_bytes: f64,
     pub(crate) queue_ms: f64,
+    /// The TTFT predicted at routing, ms.
+    pub(crate) predicted_ttft_ms: f64,
     pub(crate) uncached_tokens: f64,
     pub(crate) indexed_tokens: f64,
     /// Whether `indexed_tokens` came from an engine view (then the reuse it reports teaches
@@ -119,6 +121,8 @@ fn learn_prefill(
     let Some(first) = timings.first_token_ms else {
         return;
     };
+    pod.calibration
+        .record(ctx.predicted_ttft_ms, ctx.queue_ms, first as f64);
     if ctx.queue_ms > 0.0 {
         return;
     }

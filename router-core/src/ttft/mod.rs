@@ -126,12 +126,14 @@
 //!   (window sums are biased where requests overlap; per-request samples are chosen where
 //!   they do not).
 
+mod calibration;
 mod config;
 mod engine;
 mod estimate;
 mod learn;
 mod learned;
 
+pub use calibration::{TtftCalibration, TtftErrors};
 pub use config::{TtftConfig, TtftSettingError};
 pub use engine::EngineSnapshot;
 pub(crate) use engine::{EngineRateBase, ObservedEngine, RoutedTotals};
@@ -211,6 +213,8 @@ pub(crate) struct PodModel {
     /// Whether its completions report prompt and cached tokens (engine counters teach its
     /// `trust` and `extra` only when they do not).
     pub(crate) cached_tokens: Reports,
+    /// Predicted against reported TTFTs (carried over when the pod is removed and added again).
+    pub(crate) calibration: TtftCalibration,
 }
 
 impl PodModel {
@@ -232,6 +236,7 @@ impl PodModel {
             first_tokens: Reports::Unknown,
             decode_timings: Reports::Unknown,
             cached_tokens: Reports::Unknown,
+            calibration: TtftCalibration::default(),
         }
     }
 

@@ -158,6 +158,7 @@ pub fn run_cmd(a: RunArgs) -> ExitCode {
     };
     let mut rows = Vec::new();
     let mut planned_rows = Vec::new();
+    let mut calibration = Vec::new();
     let mut all = Vec::new();
     let mut series = Vec::new();
     for spec in &specs {
@@ -239,12 +240,15 @@ pub fn run_cmd(a: RunArgs) -> ExitCode {
             &run.records,
             &slo,
         ));
+        calibration.push((name, run.ttft_calibration));
         all.extend(run.records);
     }
     println!();
     print!("{}", crate::report::study_table(&rows));
     println!();
     print!("{}", crate::report::planned_table(&planned_rows));
+    println!();
+    print!("{}", crate::report::calibration_table(&calibration));
     if let Some(path) = &a.records {
         if let Err(e) = crate::report::write_jsonl(path, &all) {
             eprintln!("error: cannot write {}: {e}", path.display());
