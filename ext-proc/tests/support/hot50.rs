@@ -61,7 +61,11 @@ pub fn replay_and_check(listen: &str, sims: &[Sim], admin: &str) {
         summary.contains("least_ttft="),
         "least-ttft decisions missing"
     );
+    // The simulator's hot50 phases give least-ttft 96 of 96 and prefix-cache 45 (sim/README.md);
+    // through Envoy, with rates learned from a sample of timed responses, 96 in the runs
+    // measured since responses are timed. At most 5% lost to the real clock.
     assert!(lt > pc, "least-ttft {lt} ≤ prefix-cache {pc}:\n{summary}");
+    assert!(lt >= 91, "least-ttft {lt} of 96 within SLO:\n{summary}");
     // Responses were timed, the engines scraped, the rates learned, and no slot leaked.
     // Learned TPOT and prefill rate: within a factor 2 of the truth (11.4 ms and 16,667
     // tokens/s; the priors are 50 and 3,000).
@@ -91,6 +95,30 @@ pub fn replay_and_check(listen: &str, sims: &[Sim], admin: &str) {
         m.contains("kvroute_engine_requests_running{pod=\"replica-a\"}"),
         "{m}"
     );
+    // Every timed response's first token was held against its prediction, once.
+    assert_eq!(
+        metric_sum(&m, "kvroute_ttft_calibration_samples_total"),
+        metric_sum(&m, "kvroute_timed_responses_total"),
+        "{m}"
+    );
+    for wait in ["none", "predicted"] {
+        let sum = |name: &str| -> f64 {
+            m.lines()
+                .filter(|l| l.starts_with(name) && l.contains(&format!("wait=\"{wait}\"")))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum()
+        };
+        let n = sum("kvroute_ttft_calibration_samples_total");
+        let error = (sum("kvroute_ttft_calibration_observed_seconds_total")
+            - sum("kvroute_ttft_calibration_predicted_seconds_total"))
+            / n;
+        let abs = sum("kvroute_ttft_calibration_abs_error_seconds_total") / n;
+        println!(
+            "calibration, wait={wait}: {n} requests, mean error {:+.0} ms, mean |error| {:.0} ms",
+            error * 1e3,
+            abs * 1e3
+        );
+    }
     let timed = metric_sum(&m, "kvroute_timed_responses_total");
     println!("responses timed: {timed} of 192 (+ 16 priming)");
     assert!(timed > 0, "{m}");
