@@ -29,36 +29,44 @@ fn ttft_config() -> RouterConfig {
 /// Arrivals at the study's 1.6 requests/s.
 #[test]
 fn least_ttft_prices_cache_hits_against_queueing() {
-    let (mut r, pods) = router_with_pods(2, ttft_config());
-    let mut rng = fastrand::Rng::with_seed(1);
-    let s = salt(&mut rng);
-    let h = r.hash_config().hashes(study_prompt(&s, 0, 1).as_bytes());
-    let first = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
-    assert_eq!(first.reason, Reason::LeastTtft);
-    let home = first.pod;
-    let mut placed = vec![home];
-    for i in 1..12u64 {
-        let h = r
-            .hash_config()
-            .hashes(study_prompt(&s, 0, 1 + i as u32).as_bytes());
-        let d = r.route(RouteRequest::new(MODEL, &h), t(i * 625)).unwrap();
-        assert!(d.prediction.runner_up_ttft_ms.is_some());
-        assert!(d.to_string().contains("runner_up_ttft_ms="), "{d}");
-        placed.push(d.pod);
+    for draw in 1..=8 {
+        let (mut r, pods) = router_with_pods(2, ttft_config());
+        let mut rng = fastrand::Rng::with_seed(draw);
+        let s = salt(&mut rng);
+        let h = r.hash_config().hashes(study_prompt(&s, 0, 1).as_bytes());
+        let first = r.route(RouteRequest::new(MODEL, &h), t(0)).unwrap();
+        assert_eq!(first.reason, Reason::LeastTtft);
+        let home = first.pod;
+        let mut placed = vec![home];
+        for i in 1..12u64 {
+            let h = r
+                .hash_config()
+                .hashes(study_prompt(&s, 0, 1 + i as u32).as_bytes());
+            let d = r.route(RouteRequest::new(MODEL, &h), t(i * 625)).unwrap();
+            assert!(d.prediction.runner_up_ttft_ms.is_some());
+            assert!(
+                d.to_string().contains("runner_up_ttft_ms="),
+                "draw {draw}: {d}"
+            );
+            placed.push(d.pod);
+        }
+        let on_home = placed.iter().filter(|p| **p == home).count();
+        assert!(
+            placed[..8].iter().all(|p| *p == home),
+            "hits while the home pod has free slots: {placed:?} (draw {draw})"
+        );
+        assert!(
+            on_home < 12,
+            "spills once the home pod is full: {placed:?} (draw {draw})"
+        );
+        let other = pods.iter().find(|p| **p != home).unwrap();
+        // Once spilled, the other pod holds the prefix too: with the home pod's slots still all
+        // taken, the next request goes there and finds it.
+        let d = r.route(RouteRequest::new(MODEL, &h), t(12 * 625)).unwrap();
+        assert_eq!(d.pod, *other, "draw {draw}: {d}");
+        assert!(d.matched_blocks > 0, "draw {draw}: {d}");
+        r.check_invariants().unwrap();
     }
-    let on_home = placed.iter().filter(|p| **p == home).count();
-    assert!(
-        placed[..8].iter().all(|p| *p == home),
-        "hits while the home pod has free slots: {placed:?}"
-    );
-    assert!(on_home < 12, "spills once the home pod is full: {placed:?}");
-    let other = pods.iter().find(|p| **p != home).unwrap();
-    // Once spilled, the other pod holds the prefix too and later requests find hits there.
-    let d = r.route(RouteRequest::new(MODEL, &h), t(12 * 625)).unwrap();
-    if d.pod == *other {
-        assert!(d.matched_blocks > 0);
-    }
-    r.check_invariants().unwrap();
 }
 
 /// Completion timings teach the model: a pod reported slow gets its prefill rate lowered.
@@ -104,26 +112,35 @@ fn least_ttft_learns_from_completion_timings() {
     assert_eq!(d.pod, pods[1], "the slow pod is avoided once learned: {d}");
     let slow = d.prediction.runner_up_ttft_ms.unwrap();
     assert!(slow > d.prediction.ttft_ms * 2, "learned the 3x gap: {d}");
-    // Failed completions teach nothing.
-    let before = r.route(RouteRequest::new(MODEL, &h), t(300_001)).unwrap();
-    let timings = kvroute_core::Timings {
-        first_token_ms: Some(1),
-        ..Default::default()
+    // Failed completions teach nothing, however wild their timings; the same timings on a
+    // success would (the contrast shows the comparison can fail).
+    let learned = |r: &Router| -> Vec<(f64, f64, f64)> {
+        r.pods()
+            .iter()
+            .map(|p| (p.prefill_tokens_per_s, p.tpot_ms, p.overhead_ms))
+            .collect()
     };
-    r.complete(
-        before.ticket,
-        Completion {
-            outcome: Outcome::Failed,
-            timings,
+    let wild = Completion {
+        outcome: Outcome::Failed,
+        timings: kvroute_core::Timings {
+            first_token_ms: Some(500),
+            total_ms: Some(10_000),
+            output_tokens: Some(100),
+            prompt_tokens: Some(1),
+            cached_tokens: Some(0),
         },
-        t(300_002),
-    )
-    .unwrap();
-    let after = r.route(RouteRequest::new(MODEL, &h), t(300_003)).unwrap();
-    assert_eq!(
-        before.prediction.runner_up_ttft_ms.is_some(),
-        after.prediction.runner_up_ttft_ms.is_some()
-    );
+    };
+    let rates = learned(&r);
+    let failed = r.route(RouteRequest::new(MODEL, &h), t(300_001)).unwrap();
+    r.complete(failed.ticket, wild, t(320_000)).unwrap();
+    assert_eq!(learned(&r), rates, "a failure taught the model");
+    let succeeded = r.route(RouteRequest::new(MODEL, &h), t(320_001)).unwrap();
+    let success = Completion {
+        outcome: Outcome::Success,
+        ..wild
+    };
+    r.complete(succeeded.ticket, success, t(340_000)).unwrap();
+    assert_ne!(learned(&r), rates, "the same timings on a success teach");
     assert!(worst_seen > 0);
 }
 
