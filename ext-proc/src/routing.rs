@@ -22,7 +22,7 @@ use crate::extract::{extract, reject, Endpoint};
 use crate::health::ResponseEnd;
 use crate::respond::{echoed_value, Reject, DESTINATION_HEADER};
 use crate::shared::Shared;
-use crate::stream_timing::{self, is_event_stream, ResponseTiming};
+use crate::stream_timing::{is_event_stream, ResponseTiming};
 use crate::ticket_guard::TicketGuard;
 use crate::tokenize::Tokenized;
 
@@ -559,11 +559,10 @@ pub fn on_response_headers(
                     shared.metrics.response_timed();
                 }
                 TimingPolicy::Budgeted => {
-                    let cold_prefill = r
+                    let max = r
                         .decision
                         .prediction
-                        .is_cold_prefill(settings.engine_block_tokens);
-                    let max = stream_timing::budget_for(settings.max_timed_streams, cold_prefill);
+                        .timing_budget(settings.max_timed_streams, settings.engine_block_tokens);
                     if let Some(permit) = shared.stream_budget.try_acquire(max) {
                         r.guard.time_response(ResponseTiming::new(permit));
                         shared.metrics.response_timed();

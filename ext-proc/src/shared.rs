@@ -48,7 +48,7 @@ pub struct RequestSettings {
     /// Most responses timed at once ([`crate::stream_timing`]; 0 = none).
     pub max_timed_streams: usize,
     /// The engines' KV block size in tokens (`[ttft] engine_block_tokens`): a request predicted
-    /// to prefill at least this many is a cold prefill for [`crate::stream_timing::budget_for`].
+    /// to prefill at least this many is a cold prefill ([`kvroute_core::Prediction::timing_budget`]).
     pub engine_block_tokens: u32,
     /// How a request's admission priority and tenant are read (`[admission]`).
     pub admission: crate::admission::AdmissionHeaders,

@@ -23,7 +23,7 @@
 //! Cost: Envoy holds each chunk of a timed response until kvroute answers it (one gRPC round
 //! trip per chunk), so at most `[stream_timing] max_streams` responses are timed at once: a
 //! [`TimingPermit`] from the [`StreamBudget`] is held until the response's stream ends. The
-//! responses that teach the most get the whole budget ([`budget_for`]): a cold prefill started
+//! responses that teach the most get the whole budget ([`kvroute_core::Prediction::timing_budget`]): a cold prefill started
 //! at once is the only kind that measures a pod's prefill rate, the one rate whose prior can be
 //! off by the GPU's whole speed; other responses (cached prefills, queued requests) teach the
 //! overhead, TPOT and cache reuse, which many requests show, and get half of it.
@@ -87,17 +87,6 @@ pub struct Usage {
     pub completion_tokens: Option<u32>,
     /// `usage.prompt_tokens_details.cached_tokens`
     pub cached_tokens: Option<u32>,
-}
-
-/// How many timed responses may be open for this one to be timed too: `max` for a request
-/// predicted to prefill at least one engine block as soon as it arrives (a prefill-rate
-/// sample), half of `max` (rounded up) for any other.
-pub fn budget_for(max: usize, cold_prefill: bool) -> usize {
-    if cold_prefill {
-        max
-    } else {
-        max.div_ceil(2)
-    }
 }
 
 /// Whether response headers announce server-sent events (`content-type: text/event-stream`).
@@ -290,15 +279,6 @@ mod tests {
         assert!(c.is_some());
         drop((b, c));
         assert_eq!(budget.open(), 0);
-    }
-
-    #[test]
-    fn cold_prefills_may_use_the_whole_budget_others_half() {
-        assert_eq!(budget_for(4, true), 4);
-        assert_eq!(budget_for(4, false), 2);
-        assert_eq!(budget_for(1, false), 1);
-        assert_eq!(budget_for(0, true), 0);
-        assert_eq!(budget_for(0, false), 0);
     }
 
     #[test]

@@ -210,6 +210,29 @@ impl Prediction {
         self.queue_ms == 0
             && self.prompt_tokens.saturating_sub(self.cached_tokens) >= engine_block_tokens
     }
+
+    /// For a shell that can time at most `max` responses at once: how many timed responses may
+    /// be open for this request's to be timed too. The whole `max` for a
+    /// [cold prefill](Prediction::is_cold_prefill) (the only kind that measures a pod's prefill
+    /// rate, the rate whose prior can be off by a GPU's whole speed), half of it (rounded up)
+    /// for any other (the overhead, TPOT and cache reuse they teach, many requests show).
+    ///
+    /// ```
+    /// # use kvroute_core::Prediction;
+    /// let cold = Prediction { ttft_ms: 1_600, queue_ms: 0, stall_ms: 0, cached_tokens: 0,
+    ///     prompt_tokens: 5_000, runner_up_ttft_ms: None };
+    /// assert_eq!(cold.timing_budget(4, 1_568), 4);
+    /// assert_eq!(Prediction { queue_ms: 9, ..cold }.timing_budget(4, 1_568), 2);
+    /// assert_eq!(Prediction { queue_ms: 9, ..cold }.timing_budget(1, 1_568), 1);
+    /// assert_eq!(cold.timing_budget(0, 1_568), 0);
+    /// ```
+    pub fn timing_budget(&self, max: usize, engine_block_tokens: u32) -> usize {
+        if self.is_cold_prefill(engine_block_tokens) {
+            max
+        } else {
+            max.div_ceil(2)
+        }
+    }
 }
 
 /// One routing decision. The request holds an in-flight slot on `pod` until

@@ -64,9 +64,8 @@ pub enum Feedback {
     /// `kvroute-ext-proc` behind Envoy as shipped: at most [`ENVOY_TIMED_STREAMS`] responses
     /// at once are timed through it, and their completions carry every timing (the first
     /// token and usage are read from the response body; nothing is reported at the first
-    /// token itself); the others carry the total time only. A request predicted to prefill at
-    /// least an engine block at once may take the whole budget, any other half of it (as
-    /// `kvroute-ext-proc`'s `stream_timing::budget_for`).
+    /// token itself); the others carry the total time only. Which are timed is decided by
+    /// the rule kvroute-ext-proc calls, [`kvroute_core::Prediction::timing_budget`].
     Envoy,
     /// `kvroute-ext-proc` with `[stream_timing] max_streams = 0`: completions carry the total
     /// time only; the router learns the rest from engine snapshots.

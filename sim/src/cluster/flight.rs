@@ -93,8 +93,9 @@ pub(super) struct Live {
     /// The prompt's token ids, from its send until it is handed to its engine.
     pub(super) ids: Vec<u32>,
     pub(super) ticket: Option<kvroute_core::Ticket>,
-    /// [`super::Feedback::Envoy`]: predicted to prefill at least an engine block at once.
-    pub(super) cold_prefill: bool,
+    /// [`super::Feedback::Envoy`]: how many timed responses may be open for its own to be
+    /// timed too (kvroute-ext-proc's rule, [`kvroute_core::Prediction::timing_budget`]).
+    pub(super) timing_budget: usize,
     /// [`super::Feedback::Envoy`]: its response is timed (it holds one of the timed streams).
     pub(super) timed: bool,
     /// Times it was shed so far.

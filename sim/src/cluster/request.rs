@@ -104,9 +104,10 @@ impl Cluster {
         l.pod = pod;
         l.ids = keyed.ids;
         l.ticket = Some(d.ticket);
-        l.cold_prefill = d
-            .prediction
-            .is_cold_prefill(self.config.router.ttft.engine_block_tokens);
+        l.timing_budget = d.prediction.timing_budget(
+            ENVOY_TIMED_STREAMS,
+            self.config.router.ttft.engine_block_tokens,
+        );
         pod
     }
 
@@ -147,18 +148,11 @@ impl Cluster {
         }
         // Accepted: the response headers are on their way, and kvroute-ext-proc decides there
         // whether to time the response.
-        if self.config.feedback == Feedback::Envoy {
-            let budget = if live[id].cold_prefill {
-                ENVOY_TIMED_STREAMS
-            } else {
-                ENVOY_TIMED_STREAMS.div_ceil(2)
-            };
-            if self.timed_open < budget {
-                self.timed_open += 1;
-                self.timed_total += 1;
-                self.timed_peak = self.timed_peak.max(self.timed_open);
-                live[id].timed = true;
-            }
+        if self.config.feedback == Feedback::Envoy && self.timed_open < live[id].timing_budget {
+            self.timed_open += 1;
+            self.timed_total += 1;
+            self.timed_peak = self.timed_peak.max(self.timed_open);
+            live[id].timed = true;
         }
         true
     }
