@@ -637,7 +637,10 @@ fn encode_calibration(
     pods: &[kvroute_core::PodInfo],
 ) -> std::fmt::Result {
     type Pick = fn(&kvroute_core::TtftErrors) -> f64;
-    let rows = |f: &dyn Fn(&kvroute_core::TtftErrors) -> f64| -> Vec<(Labels, f64)> {
+    fn rows<N>(
+        pods: &[kvroute_core::PodInfo],
+        f: impl Fn(&kvroute_core::TtftErrors) -> N,
+    ) -> Vec<(Labels, N)> {
         let mut out = Vec::with_capacity(pods.len() * 2);
         for p in pods {
             let c = &p.ttft_calibration;
@@ -646,11 +649,8 @@ fn encode_calibration(
             }
         }
         out
-    };
-    let samples: Vec<(Labels, u64)> = rows(&|e| e.samples as f64)
-        .into_iter()
-        .map(|(l, v)| (l, v as u64))
-        .collect();
+    }
+    let samples = rows(pods, |e| e.samples);
     counter(
         enc,
         "kvroute_ttft_calibration_samples",
@@ -675,7 +675,7 @@ fn encode_calibration(
         ),
     ];
     for (name, help, pick) in sums {
-        counter(enc, name, help, &rows(&pick))?;
+        counter(enc, name, help, &rows(pods, pick))?;
     }
     Ok(())
 }
