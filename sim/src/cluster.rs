@@ -24,7 +24,7 @@
 //!   the router is keyed by [`RouterBlocks::Tokens`], what its index keys are cut from. A prompt
 //!   the tokenizer refuses is a failed request (status 400), never routed.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use kvroute_core::{AdmissionPolicy, QueueId};
 
@@ -578,6 +578,17 @@ impl Cluster {
         let mut busy_until: Vec<Option<u64>> = vec![None; self.engines.len()];
         let mut deferred: VecDeque<usize> = VecDeque::new();
         let mut flight = Flight::default();
+        // Requests sent at their `at` (in order), and conversations' later turns: each one's
+        // next turn, and the turns due after an answer ended (when, id).
+        let starts: Vec<usize> = (0..n).filter(|&i| arrivals[i].follows.is_none()).collect();
+        let mut next_turn: Vec<Option<usize>> = vec![None; n];
+        for (i, a) in arrivals.iter().enumerate() {
+            if let Some(f) = a.follows {
+                next_turn[f.previous] = Some(i);
+            }
+        }
+        let mut turns_due: BTreeSet<(u64, usize)> = BTreeSet::new();
+        let mut ended: Vec<usize> = Vec::new();
         let mut next_arrival = 0usize;
         let mut next_sample = 0u64;
         let mut samples = Vec::new();
@@ -599,12 +610,27 @@ impl Cluster {
         }
 
         while flight.done < n {
+            ended.extend(flight.take_ended());
+            for id in ended.drain(..) {
+                if let Some(next) = next_turn[id] {
+                    let due = now + arrivals[next].follows.map_or(0, |f| f.think_us);
+                    records[next].planned_s = due as f64 / 1e6;
+                    turns_due.insert((due, next));
+                }
+            }
             let step_end = busy_until
                 .iter()
                 .enumerate()
                 .filter_map(|(e, t)| t.map(|t| (t, e)))
                 .min();
-            let arrival_at = arrivals.get(next_arrival).map(|a| a.at_us);
+            let arrival = [
+                starts.get(next_arrival).map(|&id| (arrivals[id].at_us, id)),
+                turns_due.first().copied(),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
+            let arrival_at = arrival.map(|(at, _)| at);
             let pending_at = flight.pending.front().map(|p| p.0);
             let retry_at = flight.retries.first().map(|r| r.0);
             let deadline_at = self.router.queue_deadline().map(|t| t.as_millis() * 1_000);
@@ -666,7 +692,7 @@ impl Cluster {
                     l.cached = ev.cached_tokens;
                     l.prompt = ev.prompt_tokens;
                     if ev.finished {
-                        flight.answered();
+                        flight.answered(id);
                         self.finish(&mut records[id], l, t);
                     }
                 }
@@ -702,13 +728,15 @@ impl Cluster {
                     &mut records,
                     &mut busy_until,
                 ) {
-                    flight.answered();
+                    flight.answered(id);
                 }
                 continue;
             }
-            if arrival_at.is_some_and(|at| at <= now) {
-                let id = next_arrival;
-                next_arrival += 1;
+            if let Some((at, id)) = arrival.filter(|&(at, _)| at <= now) {
+                // A later turn leaves the due set; a request sent at its `at` the start list.
+                if !turns_due.remove(&(at, id)) {
+                    next_arrival += 1;
+                }
                 if flight.in_flight < self.config.client_cap {
                     let spec = specs[id].as_ref().unwrap_or(default_strategy);
                     flight.sent(self.send(id, &arrivals[id], spec, now, &mut live, &mut records));

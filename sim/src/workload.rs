@@ -275,6 +275,23 @@ pub struct Arrival {
     pub max_tokens: u32,
     /// Request headers, e.g. `routing-strategy`.
     pub headers: BTreeMap<String, String>,
+    /// A conversation's later turn: sent after the previous turn's answer ends, not at
+    /// `at_us` (closed loop).
+    pub follows: Option<FollowUp>,
+    /// The answer's text, when a later turn of its conversation sends it back: the engine
+    /// caches the blocks of the prompt and answer when the answer ends
+    /// ([`crate::engine::Engine::cache_answer`]).
+    pub answer: Option<Arc<str>>,
+}
+
+/// When a conversation's later turn is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FollowUp {
+    /// The index (among the run's arrivals) of the turn before it.
+    pub previous: usize,
+    /// The user's think time: it is sent this long after the previous turn's answer ends (or
+    /// fails), µs.
+    pub think_us: u64,
 }
 
 /// The family order of a scenario for a round seed: the same for every strategy of a round.
@@ -339,6 +356,8 @@ impl StudyPhase {
             .into_iter()
             .enumerate()
             .map(|(i, family)| Arrival {
+                follows: None,
+                answer: None,
                 at_us: times[i],
                 family: Some(family),
                 prompt: study_prompt(&salts[family], family + 1, question_number(round_seed, i))

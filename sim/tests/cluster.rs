@@ -14,6 +14,8 @@ fn arrival(at_s: f64, prompt: String, out: u32) -> Arrival {
         output_tokens: out,
         max_tokens: out,
         headers: BTreeMap::new(),
+        follows: None,
+        answer: None,
     }
 }
 

@@ -593,7 +593,7 @@ fn runnable_examples_run_as_written_and_print_what_the_readme_says() {
     let md = &md;
     let by_sub = |s: &str| examples.iter().filter(|(c, _)| c.sub == s).count();
     assert_eq!(by_sub("bar"), 3, "{examples:?}");
-    assert_eq!(by_sub("run"), 5, "{examples:?}");
+    assert_eq!(by_sub("run"), 6, "{examples:?}");
     assert_eq!(by_sub("serve"), 1, "{examples:?}");
     // The simulations at once (2 cores: about 5 s), the server meanwhile.
     std::thread::scope(|scope| {

@@ -60,6 +60,8 @@ fn shared_prefix_arrivals() -> Vec<Arrival> {
             output_tokens: 4,
             max_tokens: 4,
             headers: BTreeMap::new(),
+            follows: None,
+            answer: None,
         })
         .collect()
 }

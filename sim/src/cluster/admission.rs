@@ -52,7 +52,7 @@ impl Cluster {
             };
             let id = *id;
             let spec = specs[id].as_ref().unwrap_or(default_strategy);
-            let request = route_request(&self.config.model, keyed, spec, &arrivals[id]);
+            let request = route_request(&self.config.model, keyed, spec, &arrivals[id], live);
             match self.router.dispatch(q, request, ts(now)) {
                 Ok(Admitted::Queued(_)) => break,
                 Ok(Admitted::Routed(d)) => {
@@ -68,7 +68,7 @@ impl Cluster {
                 Err(e) => {
                     self.queued.remove(&q);
                     records[id].error = Some(e.to_string());
-                    flight.answered();
+                    flight.answered(id);
                 }
             }
         }
@@ -102,7 +102,7 @@ impl Cluster {
     ) {
         match self.shed(id, shed, now, live, records) {
             Some(at) => flight.retry_later(at, id),
-            None => flight.answered(),
+            None => flight.answered(id),
         }
     }
 

@@ -9,7 +9,7 @@ pub(super) enum Sent {
     /// Routed: it reaches its engine at `due` (µs), on pod `pod`.
     Routed { due: u64, id: usize, pod: usize },
     /// Refused (an error answer): done.
-    Refused,
+    Refused { id: usize },
     /// Held by the router's admission queue: in flight, not yet routed.
     Queued,
     /// Shed with a 429: done, or (with retries left) sent again at `retry_at` (µs).
@@ -27,6 +27,9 @@ pub(super) struct Flight {
     pub(super) pending: VecDeque<(u64, usize, usize)>,
     /// Shed requests to send again: (when, id).
     pub(super) retries: BTreeSet<(u64, usize)>,
+    /// The requests done (answered, refused or shed for good) since the run last took them
+    /// ([`Flight::take_ended`]): their conversations' next turns are due.
+    ended: Vec<usize>,
 }
 
 impl Flight {
@@ -38,7 +41,10 @@ impl Flight {
                 self.pending.push_back((due, id, pod));
             }
             Sent::Queued => self.in_flight += 1,
-            Sent::Refused | Sent::Shed { retry_at: None, .. } => self.done += 1,
+            Sent::Refused { id } | Sent::Shed { id, retry_at: None } => {
+                self.done += 1;
+                self.ended.push(id);
+            }
             Sent::Shed {
                 id,
                 retry_at: Some(at),
@@ -55,9 +61,15 @@ impl Flight {
 
     /// A request in flight has its answer (or failed at the engine, or was shed from the
     /// queue for good).
-    pub(super) fn answered(&mut self) {
+    pub(super) fn answered(&mut self, id: usize) {
         self.in_flight -= 1;
         self.done += 1;
+        self.ended.push(id);
+    }
+
+    /// The requests done since the last call, in the order they ended.
+    pub(super) fn take_ended(&mut self) -> std::vec::Drain<'_, usize> {
+        self.ended.drain(..)
     }
 
     /// A request in flight was shed from the queue and will be sent again at `at`.
@@ -100,4 +112,7 @@ pub(super) struct Live {
     pub(super) timed: bool,
     /// Times it was shed so far.
     pub(super) sheds: u32,
+    /// The session id its decision carried (`x-session-id`), which its conversation's next
+    /// turn sends.
+    pub(super) session_id: Option<String>,
 }

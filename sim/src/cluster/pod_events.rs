@@ -206,7 +206,7 @@ impl Cluster {
                     .router
                     .complete(ticket, Completion::new(Outcome::Reset), ts(now));
             }
-            flight.answered();
+            flight.answered(id);
         }
         let counters = self.engines[e].counters();
         self.pod_state.retired[e].accumulate(&counters);

@@ -8,16 +8,22 @@ use super::{admission, ts, Cluster, Feedback, Keyed, ENVOY_TIMED_STREAMS};
 use crate::report::RequestRecord;
 use crate::workload::Arrival;
 
-/// The request the router is asked to route for `a`, keyed as `keyed`.
+/// The request the router is asked to route for `a`, keyed as `keyed`; a conversation's
+/// later turn sends the session id its previous turn's answer carried.
 pub(super) fn route_request<'a>(
     model: &'a str,
     keyed: &'a Keyed,
     spec: &'a StrategySpec,
     a: &Arrival,
+    live: &'a [Live],
 ) -> RouteRequest<'a> {
+    let session_id = a
+        .follows
+        .and_then(|f| live[f.previous].session_id.as_deref());
     let mut request = RouteRequest::new(model, &keyed.hashes)
         .with_strategy(spec)
-        .with_max_output_tokens(Some(a.max_tokens));
+        .with_max_output_tokens(Some(a.max_tokens))
+        .with_session_id(session_id);
     if let Some(t) = keyed.tokens {
         request = request.with_tokens(t);
     }
@@ -48,12 +54,12 @@ impl Cluster {
                 // the same way would not route it.
                 rec.error = Some(e.to_string());
                 rec.status = Some(400);
-                return Sent::Refused;
+                return Sent::Refused { id };
             }
         };
         let (priority, tenant) = admission::priority_and_tenant(a);
-        let request =
-            route_request(&self.config.model, &keyed, spec, a).with_priority(priority, tenant);
+        let request = route_request(&self.config.model, &keyed, spec, a, live)
+            .with_priority(priority, tenant);
         match self.router.admit(request, ts(now)) {
             Ok(Admitted::Routed(d)) => {
                 let pod = self.routed(id, &d, keyed, now, live, records);
@@ -73,7 +79,7 @@ impl Cluster {
             },
             Err(e) => {
                 rec.error = Some(e.to_string());
-                Sent::Refused
+                Sent::Refused { id }
             }
         }
     }
@@ -104,6 +110,7 @@ impl Cluster {
         l.pod = pod;
         l.ids = keyed.ids;
         l.ticket = Some(d.ticket);
+        l.session_id.clone_from(&d.session_id);
         l.timing_budget = d.prediction.timing_budget(
             ENVOY_TIMED_STREAMS,
             self.config.router.ttft.engine_block_tokens,
@@ -142,6 +149,16 @@ impl Cluster {
                     .complete(ticket, Completion::new(Outcome::Cancelled), ts(now));
             }
             return false;
+        }
+        if let Some(answer) = &a.answer {
+            // Its blocks, answer included, as the next turn will send them back.
+            if let Ok(ids) = self
+                .config
+                .prompts
+                .completion(&format!("{}{answer}", a.prompt))
+            {
+                self.engines[pod].cache_answer(id as u64, ids);
+            }
         }
         if busy_until[pod].is_none() {
             busy_until[pod] = self.engines[pod].start_step().map(|dur| now + dur);

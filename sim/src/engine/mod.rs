@@ -14,7 +14,10 @@
 //!   request, which goes back to the head of the queue and recomputes.
 //! - Prefix caching: at admission the leading prompt blocks already cached are reused, at most
 //!   `⌊(prompt − 1) / block⌋` blocks (one token is always computed). A prompt block becomes
-//!   reusable by later requests when the step that computes it finishes.
+//!   reusable by later requests when the step that computes it finishes. A request given its
+//!   answer's tokens ([`Engine::cache_answer`]) also leaves the complete blocks of its prompt
+//!   and answer cached when it finishes, as vLLM caches the blocks its generated tokens fill
+//!   (what the next turn of a conversation, which sends them back, reuses).
 //! - Counters are cumulative: prefix-cache queries (prompt tokens at each admission) and hits
 //!   (tokens reused), as vLLM's `prefix_cache_queries`/`prefix_cache_hits`; and the timing
 //!   histograms' sums and counts, in engine time (the sum of the durations of the steps run):
@@ -197,6 +200,9 @@ struct Req {
     hashes: Vec<u64>,
     // The prompt's tokens, kept only while KV events are recorded.
     tokens: Vec<u32>,
+    // Prompt followed by answer, as the next turn sends them (see `Engine::cache_answer`):
+    // cached when it finishes.
+    answer: Option<Vec<u32>>,
     // Tokens in the KV cache.
     computed: u32,
     generated: u32,
@@ -340,6 +346,7 @@ impl Engine {
             output_tokens: output_tokens.clamp(1, max_tokens),
             hashes,
             tokens: kept,
+            answer: None,
             computed: 0,
             generated: 0,
             shared: Vec::new(),
@@ -351,6 +358,21 @@ impl Engine {
             last_token_us: 0,
         });
         Ok(())
+    }
+
+    /// Gives the queued request `id` its answer: `tokens` is its prompt followed by its answer,
+    /// tokenized as a conversation's next turn sends them back. When it finishes, the complete
+    /// blocks of `tokens` that it computed (its prompt and the tokens it generated, less the
+    /// last, which is never computed) are cached, as vLLM caches the blocks generated tokens
+    /// fill. False, changing nothing, if no queued request has that id.
+    pub fn cache_answer(&mut self, id: RequestId, tokens: Vec<u32>) -> bool {
+        match self.waiting.iter_mut().find(|r| r.id == id) {
+            Some(r) => {
+                r.answer = Some(tokens);
+                true
+            }
+            None => false,
+        }
     }
 
     /// The prompt tokens of `tokens` an admission would reuse from the cache now (its leading
@@ -378,6 +400,7 @@ impl Engine {
     /// Caches a prompt's complete blocks as if a request had just run it (no time passes).
     pub fn prime(&mut self, tokens: &[u32]) {
         if self.config.prefix_caching {
+            // Blocks already cached are skipped (and keep their place in the LRU order).
             let bs = self.config.block_size as usize;
             let hashes = block_hashes(tokens, self.config.block_size);
             self.pool.prime(&hashes, |pool, i| {
@@ -619,6 +642,10 @@ impl Engine {
                 if finished {
                     let r = self.running.remove(i);
                     self.release(&r);
+                    if let Some(answer) = &r.answer {
+                        let computed = (r.num_tokens() - 1) as usize;
+                        self.prime(&answer[..computed.min(answer.len())]);
+                    }
                     let c = &mut self.counters;
                     c.finished += 1;
                     let scheduled_us = r.scheduled_us.unwrap_or(r.queued_us);

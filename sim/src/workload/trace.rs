@@ -21,14 +21,20 @@
 //!   come before the first request and are applied, in order, before it is sent: `warm`
 //!   caches the prompt's blocks on the pod's engine, `index` writes them into the router's
 //!   index under the pod.
+//! - A request with a `session` starts a conversation; a later line with the same `session`
+//!   is its next turn (closed loop): it has no `at` and no prompt, it is sent `think_s`
+//!   (default 0) after the previous turn's answer ends (or fails), and its prompt is the
+//!   previous turn's prompt, then the previous answer (a deterministic synthetic text of the
+//!   previous turn's `output_tokens` tokens), then its own `suffix`.
 //! - `pod_add`, `pod_remove` and `pod_fail` lines ([`PodEvent`]) name a pod and happen at
 //!   their `at`, which does not decrease from the lines before them, requests' included.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::{synthetic_prompt, Arrival, STUDY_OUTPUT_TOKENS};
+use super::{synthetic_prompt, Arrival, FollowUp, STUDY_OUTPUT_TOKENS};
 
 /// A trace line that could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -149,7 +155,9 @@ struct PlacementLine {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TraceLine {
-    at: f64,
+    at: Option<f64>,
+    session: Option<String>,
+    think_s: Option<f64>,
     prompt: Option<String>,
     prompt_id: Option<String>,
     prompt_tokens: Option<u32>,
@@ -257,6 +265,8 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
     let mut out = Vec::new();
     let mut placements = Vec::new();
     let mut pod_events = Vec::new();
+    // The index of each conversation's latest turn.
+    let mut sessions: HashMap<String, usize> = HashMap::new();
     let mut last = 0u64;
     for (n, raw) in text.lines().enumerate() {
         let line = n + 1;
@@ -304,8 +314,54 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
         }
         let t: TraceLine =
             serde_json::from_value(value).map_err(|source| TraceError::Json { line, source })?;
-        let at_us = at_us(t.at, &mut last).map_err(bad)?;
-        let prompt = prompt_text(t.prompt, t.prompt_id, t.prompt_tokens, t.suffix).map_err(bad)?;
+        let previous = t.session.as_ref().and_then(|s| sessions.get(s).copied());
+        let (at_us, prompt, follows) = match previous {
+            None => {
+                if t.think_s.is_some() {
+                    return Err(bad("`think_s` is for a conversation's later turns"));
+                }
+                let Some(at) = t.at else {
+                    return Err(bad("a request needs `at` (or a `session` seen before)"));
+                };
+                let at_us = at_us(at, &mut last).map_err(bad)?;
+                let prompt =
+                    prompt_text(t.prompt, t.prompt_id, t.prompt_tokens, t.suffix).map_err(bad)?;
+                (at_us, prompt, None)
+            }
+            Some(previous) => {
+                if t.at.is_some()
+                    || t.prompt.is_some()
+                    || t.prompt_id.is_some()
+                    || t.prompt_tokens.is_some()
+                {
+                    return Err(bad(
+                        "a later turn has no `at` or prompt: it is sent after the previous \
+                         turn's answer, whose prompt and answer it extends by its `suffix`",
+                    ));
+                }
+                let think_s = t.think_s.unwrap_or(0.0);
+                if !(think_s.is_finite() && (0.0..=86_400.0).contains(&think_s)) {
+                    return Err(bad("`think_s` must be between 0 and 86400"));
+                }
+                let before: &mut Arrival = &mut out[previous];
+                let answer: Arc<str> = synthetic_prompt(
+                    &format!("answer/{}/{previous}", t.session.as_deref().unwrap_or("")),
+                    before.output_tokens as usize,
+                )
+                .into();
+                before.answer = Some(answer.clone());
+                let prompt = format!(
+                    "{}{answer}{}",
+                    before.prompt,
+                    t.suffix.as_deref().unwrap_or("")
+                );
+                let follows = FollowUp {
+                    previous,
+                    think_us: (think_s * 1e6).round() as u64,
+                };
+                (0, prompt, Some(follows))
+            }
+        };
         let output_tokens = t
             .output_tokens
             .or(t.max_tokens)
@@ -317,6 +373,9 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
         if output_tokens > max_tokens {
             return Err(bad("`output_tokens` must not exceed `max_tokens`"));
         }
+        if let Some(session) = t.session {
+            sessions.insert(session, out.len());
+        }
         out.push(Arrival {
             at_us,
             family: None,
@@ -324,6 +383,8 @@ pub fn parse_trace(text: &str) -> Result<Trace, TraceError> {
             output_tokens,
             max_tokens,
             headers: t.headers,
+            follows,
+            answer: None,
         });
     }
     if out.is_empty() {
@@ -439,6 +500,50 @@ mod tests {
                 matches!(parse_trace(&t), Err(TraceError::Invalid { line: 1, .. })),
                 "{t}"
             );
+        }
+    }
+
+    #[test]
+    fn a_later_turn_extends_the_previous_prompt_and_answer_and_follows_it() {
+        let t = "{\"at\":0,\"session\":\"c\",\"prompt\":\"hi\",\"output_tokens\":5}\n\
+                 {\"at\":0.5,\"prompt\":\"other\"}\n\
+                 {\"session\":\"c\",\"think_s\":2,\"suffix\":\" more\",\"output_tokens\":3}\n\
+                 {\"session\":\"c\",\"suffix\":\" again\"}\n";
+        let a = parse_trace(t).unwrap().arrivals;
+        let answer = a[0].answer.clone().expect("a later turn sends it back");
+        assert_eq!(count_tokens(&answer), 5);
+        assert_eq!(&*a[2].prompt, format!("hi{answer} more"));
+        assert_eq!(
+            a[2].follows,
+            Some(FollowUp {
+                previous: 0,
+                think_us: 2_000_000
+            })
+        );
+        let second = a[2].answer.clone().unwrap();
+        assert_eq!(count_tokens(&second), 3);
+        assert_eq!(&*a[3].prompt, format!("{}{second} again", a[2].prompt));
+        assert_eq!(a[3].follows.map(|f| (f.previous, f.think_us)), Some((2, 0)));
+        assert_eq!(
+            (a[1].follows, &a[1].answer, &a[3].answer),
+            (None, &None, &None)
+        );
+
+        let invalid = |t: &str| match parse_trace(t) {
+            Err(TraceError::Invalid { line, message }) => (line, message),
+            other => panic!("{t}: {other:?}"),
+        };
+        let first = "{\"at\":0,\"session\":\"c\",\"prompt\":\"hi\"}\n";
+        for (later, says) in [
+            ("{\"session\":\"c\",\"at\":1}", "no `at` or prompt"),
+            ("{\"session\":\"c\",\"prompt\":\"x\"}", "no `at` or prompt"),
+            ("{\"session\":\"c\",\"think_s\":-1}", "`think_s`"),
+            ("{\"session\":\"d\",\"suffix\":\"x\"}", "needs `at`"),
+            ("{\"at\":1,\"prompt\":\"x\",\"think_s\":1}", "later turns"),
+        ] {
+            let (line, message) = invalid(&format!("{first}{later}"));
+            assert_eq!(line, 2, "{later}");
+            assert!(message.contains(says), "{later}: {message}");
         }
     }
 
