@@ -1,4 +1,4 @@
-//! The `kvroute-sim` command line: `study`, `bar`, `run`, `serve`, `replay` and `overload`.
+//! The `kvroute-sim` command line: `study`, `bar`, `run`, `serve`, `replay`, `overload` and `suite`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -12,6 +12,7 @@ use crate::workload::Scenario;
 mod args;
 mod overload;
 mod run;
+mod suite;
 use args::PromptArgs;
 pub use args::{EngineArgs, TokenizerArgs};
 
@@ -40,6 +41,10 @@ enum Command {
     /// Overload the simulated replicas (the study's shape, faster than they serve it) and
     /// compare routing alone with routing plus admission: goodput, sheds, admitted TTFT.
     Overload(overload::OverloadArgs),
+    /// Run every strategy on the workload suite (conversations, mixed lengths, a hot family,
+    /// evictions, uneven replicas, bursts, a stale index), several seeds each, and compare
+    /// least-ttft (or --candidate) with the best of the others per workload.
+    Suite(suite::SuiteArgs),
 }
 
 /// What shapes a simulated study phase (shared by `study` and `bar`).
@@ -368,6 +373,7 @@ pub fn main() -> ExitCode {
         Command::Serve(a) => serve_cmd(a),
         Command::Replay(a) => replay_cmd(a),
         Command::Overload(a) => overload::overload_cmd(a),
+        Command::Suite(a) => suite::suite_cmd(a),
     }
 }
 

@@ -13,6 +13,7 @@
 //! - [`replicas`]: replicas of different speeds and capacities (`run --pod`);
 //! - [`study`]: the study's phases and rounds;
 //! - [`bar`]: issue 6's bar, a strategy against the study's three phase by phase;
+//! - [`suite`]: other workloads, drawn for several seeds, every strategy on each;
 //! - [`report`]: metrics, the study table and per-request records;
 //! - [`router_file`]: router parameters from a kvroute TOML file (`run --router-config`);
 //! - [`plot`]: the SVG plot of TTFT over time;
@@ -36,5 +37,6 @@ pub mod report;
 pub mod router_file;
 pub mod serve;
 pub mod study;
+pub mod suite;
 pub mod tokenizer;
 pub mod workload;
