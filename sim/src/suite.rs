@@ -242,6 +242,9 @@ pub struct Row {
     pub seeds: usize,
     /// Requests within SLO, % of those planned: mean, min and max over the seeds.
     pub slo_percent: (f64, f64, f64),
+    /// Requests within SLO, % of those planned, per seed in the cells' order (for paired
+    /// comparisons: every strategy is sent the same draws).
+    pub slo_by_seed: Vec<(u64, f64)>,
     /// TTFT P50 and P95, s, means over the seeds (a seed without successes counts as infinite).
     pub ttft_p50_s: f64,
     /// See `ttft_p50_s`.
@@ -281,6 +284,7 @@ pub fn rows(cells: &[Cell]) -> Vec<Row> {
                 strategy: key.1.to_owned(),
                 seeds: group.len(),
                 slo_percent: (mean(&slo), lo, hi),
+                slo_by_seed: group.iter().map(|c| (c.seed, slo(c))).collect(),
                 ttft_p50_s: mean(&|c| c.ttft_p50_s.unwrap_or(f64::INFINITY)),
                 ttft_p95_s: mean(&|c| c.summary.ttft_p95_s.unwrap_or(f64::INFINITY)),
                 hit_percent: mean(&|c| 100.0 * c.summary.token_hit.unwrap_or(0.0)),
@@ -348,8 +352,64 @@ pub struct Verdict {
     pub best_ttft_p95_s: f64,
     /// See `ttft_p95_s`.
     pub best_ttft_strategy: String,
+    /// The candidate against the best-SLO other, seed by seed.
+    pub paired: Paired,
     /// Whether the candidate is within the tolerance on both.
     pub passes: bool,
+}
+
+/// A paired comparison of within-SLO shares over the seeds both were run on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Paired {
+    /// Seeds the candidate had more, fewer and as many requests within SLO.
+    pub wins: usize,
+    /// See `wins`.
+    pub losses: usize,
+    /// See `wins`.
+    pub ties: usize,
+    /// The mean difference, percentage points (candidate − other).
+    pub mean_points: f64,
+    /// Half the width of its 95% confidence interval (Student's t on the paired differences;
+    /// infinite with fewer than two seeds).
+    pub ci95_points: f64,
+}
+
+impl Paired {
+    /// Compares `candidate` with `other` on the seeds both have.
+    pub fn of(candidate: &[(u64, f64)], other: &[(u64, f64)]) -> Paired {
+        let diffs: Vec<f64> = candidate
+            .iter()
+            .filter_map(|(seed, c)| {
+                let (_, o) = other.iter().find(|(s, _)| s == seed)?;
+                Some(c - o)
+            })
+            .collect();
+        let n = diffs.len();
+        let mean = diffs.iter().sum::<f64>() / n.max(1) as f64;
+        let ci95_points = if n < 2 {
+            f64::INFINITY
+        } else {
+            let var = diffs.iter().map(|d| (d - mean).powi(2)).sum::<f64>() / (n - 1) as f64;
+            t95(n - 1) * (var / n as f64).sqrt()
+        };
+        Paired {
+            wins: diffs.iter().filter(|d| **d > 0.0).count(),
+            losses: diffs.iter().filter(|d| **d < 0.0).count(),
+            ties: diffs.iter().filter(|d| **d == 0.0).count(),
+            mean_points: mean,
+            ci95_points,
+        }
+    }
+}
+
+/// Student's t two-sided 95% quantile for `df` degrees of freedom (the normal's 1.96 above 30).
+fn t95(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    TABLE.get(df.wrapping_sub(1)).copied().unwrap_or(1.96)
 }
 
 /// Per workload with a row for `candidate` and at least one other: how it compares.
@@ -386,6 +446,7 @@ pub fn verdicts(rows: &[Row], candidate: &str, tolerance: Tolerance) -> Vec<Verd
             ttft_p95_s: c.ttft_p95_s,
             best_ttft_p95_s: best_ttft.ttft_p95_s,
             best_ttft_strategy: best_ttft.strategy.clone(),
+            paired: Paired::of(&c.slo_by_seed, &best_slo.slo_by_seed),
             passes: c.slo_percent.0 >= best_slo.slo_percent.0 - tolerance.slo_points
                 && c.ttft_p95_s <= best_ttft.ttft_p95_s * tolerance.ttft_ratio,
         });
@@ -396,16 +457,22 @@ pub fn verdicts(rows: &[Row], candidate: &str, tolerance: Tolerance) -> Vec<Verd
 /// The verdicts as a Markdown table.
 pub fn verdict_table(candidate: &str, verdicts: &[Verdict]) -> String {
     let mut out = format!(
-        "| workload | {candidate} within SLO % | best other | {candidate} TTFT P95 s | best other | verdict |\n\
-         |---|---|---|---|---|---|\n"
+        "| workload | {candidate} within SLO % | best other | paired Δ points (95% CI) · seeds W/L/T | {candidate} TTFT P95 s | best other | verdict |\n\
+         |---|---|---|---|---|---|---|\n"
     );
     for v in verdicts {
+        let p = v.paired;
         out += &format!(
-            "| {} | {:.1} | {:.1} ({}) | {:.2} | {:.2} ({}) | {} |\n",
+            "| {} | {:.1} | {:.1} ({}) | {:+.1} ± {:.1} · {}/{}/{} | {:.2} | {:.2} ({}) | {} |\n",
             v.workload,
             v.slo_percent,
             v.best_slo_percent,
             v.best_slo_strategy,
+            p.mean_points,
+            p.ci95_points,
+            p.wins,
+            p.losses,
+            p.ties,
             v.ttft_p95_s,
             v.best_ttft_p95_s,
             v.best_ttft_strategy,
@@ -425,6 +492,7 @@ mod tests {
             strategy: strategy.into(),
             seeds: 1,
             slo_percent: (slo, slo, slo),
+            slo_by_seed: vec![(1, slo)],
             ttft_p50_s: p95 / 2.0,
             ttft_p95_s: p95,
             hit_percent: 0.0,
@@ -452,6 +520,27 @@ mod tests {
             ttft_ratio: 1.0,
         };
         assert!(!verdicts(&rows, "least-ttft", strict)[0].passes);
+    }
+
+    #[test]
+    fn paired_differences_count_seeds_and_give_a_t_interval() {
+        let c = [(1, 90.0), (2, 80.0), (3, 70.0), (4, 50.0)];
+        let o = [(1, 85.0), (2, 80.0), (3, 75.0), (5, 0.0)];
+        let p = Paired::of(&c, &o);
+        assert_eq!(
+            (p.wins, p.losses, p.ties),
+            (1, 1, 1),
+            "seed 4 and 5 are not paired"
+        );
+        assert_eq!(p.mean_points, 0.0);
+        // Differences 5, 0, -5: sd 5, standard error 5/sqrt(3), t(2) = 4.303.
+        assert!(
+            (p.ci95_points - 4.303 * 5.0 / 3f64.sqrt()).abs() < 1e-9,
+            "{p:?}"
+        );
+        assert!(Paired::of(&c[..1], &o).ci95_points.is_infinite());
+        assert_eq!(t95(7), 2.365);
+        assert_eq!(t95(100), 1.96);
     }
 
     #[test]
