@@ -149,6 +149,9 @@ mod strategies;
 // The `kvroute-sim overload` section (its tests).
 #[path = "readme/overload.rs"]
 mod overload;
+// The `kvroute-sim suite` section (its tests; the section's example runs there).
+#[path = "readme/suite.rs"]
+mod suite;
 use markdown::*;
 use serve::check_serve;
 
@@ -595,6 +598,7 @@ fn runnable_examples_run_as_written_and_print_what_the_readme_says() {
     assert_eq!(by_sub("bar"), 3, "{examples:?}");
     assert_eq!(by_sub("run"), 6, "{examples:?}");
     assert_eq!(by_sub("serve"), 1, "{examples:?}");
+    assert_eq!(by_sub("suite"), 1, "{examples:?}");
     // The simulations at once (2 cores: about 5 s), the server meanwhile.
     std::thread::scope(|scope| {
         for (c, block) in &examples {
@@ -616,6 +620,8 @@ fn runnable_examples_run_as_written_and_print_what_the_readme_says() {
                     });
                 }
                 "serve" => check_serve(&args, block),
+                // Run and compared with the section's tables by readme/suite.rs.
+                "suite" => {}
                 other => panic!("no check for a runnable `{other}` example: {}", c.line),
             }
         }
