@@ -519,6 +519,21 @@ fn replay_cmd(a: ReplayArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Applies the kvroute TOML file at `path` over `config` (`--router-config`), or prints the
+/// error and returns exit code 2.
+fn apply_router_file(
+    path: &std::path::Path,
+    config: &mut kvroute_core::RouterConfig,
+) -> Result<(), ExitCode> {
+    std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|text| crate::router_file::apply(&text, config).map_err(|e| e.to_string()))
+        .map_err(|e| {
+            eprintln!("error: --router-config {}: {e}", path.display());
+            ExitCode::from(2)
+        })
+}
+
 fn parse_specs(flag: &str, names: &[String]) -> Result<Vec<kvroute_core::StrategySpec>, ExitCode> {
     names
         .iter()

@@ -4,7 +4,7 @@
 //! shapes (closed-loop conversations, mixed prompt lengths, a hot family on four replicas, more
 //! prefixes than the caches hold, replicas of different speeds, bursts, a stale index), each
 //! drawn for several seeds. [`run_suite`] runs every workload × seed × strategy through
-//! `kvroute-sim run`'s machinery (the core's default router configuration with the seed, each
+//! `kvroute-sim run`'s machinery (the given router configuration with the draw's seed, each
 //! replica's `max_num_seqs` told to the router, streaming feedback); [`rows`] averages the
 //! seeds; [`verdicts`] says, per workload, whether a candidate is as good as the best of the
 //! others.
@@ -34,6 +34,8 @@ pub struct SuiteConfig {
     pub strategies: Vec<StrategySpec>,
     /// Every replica's engine before a workload's `NAME:SETTINGS`.
     pub engine: EngineConfig,
+    /// The router's configuration (its seed is replaced by each draw's).
+    pub router: RouterConfig,
     /// Threads to run on (at least 1).
     pub threads: usize,
 }
@@ -200,7 +202,7 @@ fn run_cell(
         pods: pods.to_vec(),
         router: RouterConfig {
             seed,
-            ..RouterConfig::default()
+            ..cfg.router.clone()
         },
         pod_events: trace.pod_events.clone(),
         ..ClusterConfig::default()
@@ -550,6 +552,7 @@ mod tests {
             seeds: vec![1, 2],
             strategies: vec!["random".parse().unwrap(), "least-ttft".parse().unwrap()],
             engine: EngineConfig::default(),
+            router: RouterConfig::default(),
             threads: 2,
         };
         let cells = run_suite(&cfg).unwrap();

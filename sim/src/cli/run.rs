@@ -68,15 +68,7 @@ impl RunArgs {
             ..RouterConfig::default()
         };
         if let Some(path) = &self.router_config {
-            let applied = std::fs::read_to_string(path)
-                .map_err(|e| e.to_string())
-                .and_then(|text| {
-                    crate::router_file::apply(&text, &mut config).map_err(|e| e.to_string())
-                });
-            if let Err(e) = applied {
-                eprintln!("error: --router-config {}: {e}", path.display());
-                return Err(ExitCode::from(2));
-            }
+            super::apply_router_file(path, &mut config)?;
         }
         Ok(config)
     }

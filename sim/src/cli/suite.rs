@@ -46,6 +46,10 @@ pub struct SuiteArgs {
     /// See --require.
     #[arg(long, default_value_t = Tolerance::default().ttft_ratio)]
     ttft_ratio: f64,
+    /// Router parameters from a kvroute TOML file, as `run --router-config` takes them: its
+    /// [ttft] and [prefix_cache] sections (to see what a setting does on every workload).
+    #[arg(long, value_name = "FILE")]
+    router_config: Option<PathBuf>,
     /// Write each workload's replicas and seed-1 trace here (`NAME.jsonl`, `NAME.pods`: the
     /// --pod values) for `kvroute-sim run`, and print nothing else.
     #[arg(long, value_name = "DIR")]
@@ -105,7 +109,14 @@ pub fn suite_cmd(a: SuiteArgs) -> ExitCode {
         Ok(mut c) => c.remove(0).to_string(),
         Err(code) => return code,
     };
+    let mut router = kvroute_core::RouterConfig::default();
+    if let Some(path) = &a.router_config {
+        if let Err(code) = super::apply_router_file(path, &mut router) {
+            return code;
+        }
+    }
     let cfg = SuiteConfig {
+        router,
         workloads,
         seeds: (1..=a.seeds).collect(),
         strategies,
