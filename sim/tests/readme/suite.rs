@@ -41,7 +41,11 @@ fn the_suite_section_shows_what_suite_prints() {
         .expect("a section on kvroute-sim suite");
     let body = section.lines.join("\n");
     let tables = md_tables(&body);
-    assert_eq!(tables.len(), 5, "workloads, suite's two, the example's two");
+    assert_eq!(
+        tables.len(),
+        6,
+        "workloads, suite's two, the example's two, the settings"
+    );
 
     // The workload list.
     let list = text(&suite(&["--list"]).stdout);
@@ -63,7 +67,7 @@ fn the_suite_section_shows_what_suite_prints() {
     let command = section
         .lines
         .iter()
-        .find(|l| l.starts_with("kvroute-sim suite --workload"))
+        .find(|l| l.starts_with("kvroute-sim suite --"))
         .expect("the example");
     let args = shell_words(command.trim_start_matches("kvroute-sim suite"));
     let example = suite(&args.iter().map(String::as_str).collect::<Vec<_>>());
@@ -101,4 +105,72 @@ fn the_suite_section_shows_what_suite_prints() {
         .find(|l| l.starts_with("least-ttft: as good as the best other on"))
         .expect("a summary line");
     assert!(body.contains(summary), "{summary}");
+
+    // The settings table: each row's verdicts from a run with that one setting.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-suite");
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    let rows = &tables[5][2..];
+    let printed: Vec<String> = std::thread::scope(|scope| {
+        let runs: Vec<_> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let dir = &dir;
+                scope.spawn(move || {
+                    let label = row
+                        .trim_start_matches("| ")
+                        .split(" |")
+                        .next()
+                        .unwrap_or("");
+                    let mut args = vec![];
+                    let path = dir.join(format!("setting-{i}.toml"));
+                    if let Some(setting) = label.strip_prefix('`') {
+                        let setting = setting.trim_end_matches('`');
+                        std::fs::write(&path, format!("[ttft]\n{setting}\n")).expect("written");
+                        args = vec!["--router-config".to_owned(), path.display().to_string()];
+                    } else {
+                        assert!(label.starts_with("the defaults"), "{row}");
+                    }
+                    let out =
+                        text(&suite(&args.iter().map(String::as_str).collect::<Vec<_>>()).stdout);
+                    settings_row(label, &out)
+                })
+            })
+            .collect();
+        runs.into_iter().map(|r| r.join().expect("a run")).collect()
+    });
+    assert_eq!(rows, printed, "the settings table");
+}
+
+/// A row of the settings table from `suite`'s output: how many verdicts are "as good", the
+/// candidate's mean within-SLO share over the workloads, the workloads it is behind on.
+fn settings_row(label: &str, out: &str) -> String {
+    let rows = table_rows(out, "| workload | least-ttft within SLO %");
+    let cells: Vec<Vec<&str>> = rows
+        .iter()
+        .map(|r| r.trim_matches('|').split('|').map(str::trim).collect())
+        .collect();
+    let good = cells
+        .iter()
+        .filter(|c| c.last() == Some(&"as good"))
+        .count();
+    let mean = cells
+        .iter()
+        .map(|c| c[1].parse::<f64>().expect("a share"))
+        .sum::<f64>()
+        / cells.len() as f64;
+    let behind: Vec<&str> = cells
+        .iter()
+        .filter(|c| c.last() != Some(&"as good"))
+        .map(|c| c[0])
+        .collect();
+    let behind = if behind.is_empty() {
+        "–".to_owned()
+    } else {
+        behind.join(", ")
+    };
+    format!(
+        "| {label} | {good} of {} | {mean:.1} | {behind} |",
+        cells.len()
+    )
 }
