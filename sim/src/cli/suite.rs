@@ -50,8 +50,9 @@ pub struct SuiteArgs {
     /// [ttft] and [prefix_cache] sections (to see what a setting does on every workload).
     #[arg(long, value_name = "FILE")]
     router_config: Option<PathBuf>,
-    /// Write each workload's replicas and seed-1 trace here (`NAME.jsonl`, `NAME.pods`: the
-    /// --pod values) for `kvroute-sim run`, and print nothing else.
+    /// Write each workload's trace for every seed (`NAME.SEED.jsonl`) and its replicas
+    /// (`NAME.pods`, the --pod values) here for `kvroute-sim run` (with --seed SEED it makes
+    /// the suite's run), and print nothing else.
     #[arg(long, value_name = "DIR")]
     write: Option<PathBuf>,
     /// List the workloads and exit.
@@ -88,7 +89,7 @@ pub fn suite_cmd(a: SuiteArgs) -> ExitCode {
         workloads = WORKLOADS.to_vec();
     }
     if let Some(dir) = &a.write {
-        return write(dir, &workloads);
+        return write(dir, &workloads, a.seeds);
     }
     if !(a.ttft_ratio.is_finite() && a.ttft_ratio >= 1.0) {
         return usage("--ttft-ratio must be a number ≥ 1".into());
@@ -165,16 +166,20 @@ pub fn suite_cmd(a: SuiteArgs) -> ExitCode {
     }
 }
 
-/// Writes each workload's seed-1 trace and replicas into `dir`.
-fn write(dir: &std::path::Path, workloads: &[Workload]) -> ExitCode {
+/// Writes each workload's traces for seeds 1..=`seeds` and its replicas into `dir`.
+fn write(dir: &std::path::Path, workloads: &[Workload], seeds: u64) -> ExitCode {
     let written = std::fs::create_dir_all(dir).and_then(|()| {
         for w in workloads {
-            let drawn = w.draw(1);
-            std::fs::write(dir.join(format!("{}.jsonl", w.name)), &drawn.trace)?;
-            std::fs::write(
-                dir.join(format!("{}.pods", w.name)),
-                drawn.pods.join("\n") + "\n",
-            )?;
+            for seed in 1..=seeds {
+                let drawn = w.draw(seed);
+                std::fs::write(dir.join(format!("{}.{seed}.jsonl", w.name)), &drawn.trace)?;
+                if seed == 1 {
+                    std::fs::write(
+                        dir.join(format!("{}.pods", w.name)),
+                        drawn.pods.join("\n") + "\n",
+                    )?;
+                }
+            }
         }
         Ok(())
     });
