@@ -106,3 +106,42 @@ fn a_written_trace_run_with_its_seed_gives_the_suites_numbers() {
         }
     }
 }
+
+/// Bad arguments exit with 2 and say why; `--require` exits with 1 exactly when the candidate
+/// is behind on a workload.
+#[test]
+fn bad_arguments_are_usage_errors_and_require_fails_only_when_behind() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kvroute-sim"))
+            .arg("suite")
+            .args(args)
+            .output()
+            .expect("kvroute-sim runs")
+    };
+    for (args, says) in [
+        (&["--workload", "nope"][..], "no such workload"),
+        (
+            &["--router-config", "/nonexistent/kvroute.toml"],
+            "--router-config",
+        ),
+        (&["--ttft-ratio", "0.5"], "--ttft-ratio"),
+        (&["--slo-points=-1"], "--slo-points"),
+        (&["--strategy", "fastest"], "--strategy"),
+        (&["--candidate", "fastest"], "--candidate"),
+    ] {
+        let out = run(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    // hot-4 (2 seeds): random is behind least-request, least-ttft is not.
+    let hot = ["--workload", "hot-4", "--seeds", "2", "--require"];
+    let behind = run(&[&hot[..], &["--candidate", "random"]].concat());
+    assert_eq!(behind.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&behind.stdout);
+    assert!(stdout.contains("| behind |"), "{stdout}");
+    let good = run(&hot);
+    let stdout = String::from_utf8_lossy(&good.stdout);
+    assert_eq!(good.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("| as good |"), "{stdout}");
+}
