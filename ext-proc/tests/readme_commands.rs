@@ -428,7 +428,11 @@ fn run_quick_start(readme_path: &str, yaml_rel: &str) {
         1,
         "{readme_path}: expected one `{envoy_cmd}` command"
     );
-    let base_id = 200_000 + (std::process::id() % 10_000) * 10; // apart from support's 20,000-120,009
+    // Apart from support's 20,000-120,009, and from the other Quick start this process runs
+    // at the same time (two Envoys on one base id: the second cannot bind its domain socket).
+    static QUICK_STARTS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let nth = QUICK_STARTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 10;
+    let base_id = 200_000 + (std::process::id() % 10_000) * 10 + nth;
     script = script.replace(envoy_cmd, &format!("{envoy_cmd}--base-id {base_id} "));
 
     // The temporary directory: what the commands use, under the same relative paths.
