@@ -641,6 +641,19 @@ fn table_rows<'a>(md: &'a str, header: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// The cells of a printed table's rows (between the outer pipes), header and rule excluded.
+fn cells(out: &str, header: &str) -> Vec<Vec<String>> {
+    table_rows(out, header)
+        .iter()
+        .map(|r| {
+            r.trim_matches('|')
+                .split('|')
+                .map(|c| c.trim().to_owned())
+                .collect()
+        })
+        .collect()
+}
+
 #[test]
 fn study_prints_the_readmes_tables_and_writes_what_out_lists() {
     let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-study");
@@ -857,10 +870,7 @@ fn the_cached_tokens_tables_are_what_study_prints() {
 #[test]
 fn the_readmes_command_for_the_ignored_tests_is_make_test_sims() {
     let md = sim_readme();
-    let section = sections(&md)
-        .into_iter()
-        .find(|s| s.heading == "## Fidelity tests")
-        .expect("a Fidelity tests section");
+    let section = section(&md, "## Fidelity tests");
     let (_, prose) = split_fences(&section.lines);
     let spans = spans_by_paragraph(&prose).concat();
     let readme_cmd = spans

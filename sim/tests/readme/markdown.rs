@@ -25,6 +25,14 @@ pub fn sections(md: &str) -> Vec<Section> {
     out
 }
 
+/// The section of `md` whose heading line is `heading` (panics naming it when there is none).
+pub fn section(md: &str, heading: &str) -> Section {
+    sections(md)
+        .into_iter()
+        .find(|s| s.heading == heading)
+        .unwrap_or_else(|| panic!("no section {heading:?}"))
+}
+
 /// The subcommand a heading is about: "## `kvroute-sim serve`" → serve.
 pub fn heading_subcommand(heading: &str) -> Option<String> {
     let rest = heading.strip_prefix("## `kvroute-sim ")?;

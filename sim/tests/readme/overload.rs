@@ -4,19 +4,6 @@
 
 use super::*;
 
-/// The cells of a printed table's rows (between the outer pipes), header and rule excluded.
-fn cells(out: &str, header: &str) -> Vec<Vec<String>> {
-    table_rows(out, header)
-        .iter()
-        .map(|r| {
-            r.trim_matches('|')
-                .split('|')
-                .map(|c| c.trim().to_owned())
-                .collect()
-        })
-        .collect()
-}
-
 fn number(cell: &str) -> f64 {
     let n: String = cell
         .chars()
@@ -35,10 +22,7 @@ fn span(values: impl Iterator<Item = f64>, digits: usize) -> String {
 #[test]
 fn the_overload_tables_and_numbers_are_what_overload_prints() {
     let md = sim_readme();
-    let section = sections(&md)
-        .into_iter()
-        .find(|s| s.heading == "## `kvroute-sim overload`")
-        .expect("a section on kvroute-sim overload");
+    let section = section(&md, "## `kvroute-sim overload`");
     let out = bin().arg("overload").output().expect("runs");
     assert!(out.status.success());
     let out = text(&out.stdout);

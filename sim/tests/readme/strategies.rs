@@ -68,10 +68,7 @@ fn metric_decisions(verbose: &str, strategy: &str) -> Vec<u32> {
 #[test]
 fn the_aibrix_strategies_table_and_ranges_are_what_study_prints() {
     let md = sim_readme();
-    let section = sections(&md)
-        .into_iter()
-        .find(|s| s.heading == "## AIBrix's other strategies (study)")
-        .expect("a section on AIBrix's other strategies");
+    let section = section(&md, "## AIBrix's other strategies (study)");
     let (_, prose) = split_fences(&section.lines);
     let spans = spans_by_paragraph(&prose).concat();
     let command = spans

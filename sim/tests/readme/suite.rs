@@ -35,10 +35,7 @@ fn suite(args: &[&str]) -> Output {
 #[test]
 fn the_suite_section_shows_what_suite_prints() {
     let md = sim_readme();
-    let section = sections(&md)
-        .into_iter()
-        .find(|s| s.heading == "## `kvroute-sim suite`")
-        .expect("a section on kvroute-sim suite");
+    let section = section(&md, "## `kvroute-sim suite`");
     let body = section.lines.join("\n");
     let tables = md_tables(&body);
     assert_eq!(
@@ -145,15 +142,9 @@ fn the_suite_section_shows_what_suite_prints() {
 /// A row of the settings table from `suite`'s output: how many verdicts are "as good", the
 /// candidate's mean within-SLO share over the workloads, the workloads it is behind on.
 fn settings_row(label: &str, out: &str) -> String {
-    let rows = table_rows(out, "| workload | least-ttft within SLO %");
-    let cells: Vec<Vec<&str>> = rows
-        .iter()
-        .map(|r| r.trim_matches('|').split('|').map(str::trim).collect())
-        .collect();
-    let good = cells
-        .iter()
-        .filter(|c| c.last() == Some(&"as good"))
-        .count();
+    let cells = cells(out, "| workload | least-ttft within SLO %");
+    let as_good = |c: &&Vec<String>| c.last().is_some_and(|v| v == "as good");
+    let good = cells.iter().filter(as_good).count();
     let mean = cells
         .iter()
         .map(|c| c[1].parse::<f64>().expect("a share"))
@@ -161,8 +152,8 @@ fn settings_row(label: &str, out: &str) -> String {
         / cells.len() as f64;
     let behind: Vec<&str> = cells
         .iter()
-        .filter(|c| c.last() != Some(&"as good"))
-        .map(|c| c[0])
+        .filter(|c| !as_good(c))
+        .map(|c| c[0].as_str())
         .collect();
     let behind = if behind.is_empty() {
         "–".to_owned()
