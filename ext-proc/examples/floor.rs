@@ -44,6 +44,7 @@ fn reply(
             respond::route_in_body(&RouteTo {
                 address: &pods[i],
                 strategy: "floor",
+                data_parallel_rank: None,
             })
         }
         Request::RequestTrailers(_) => respond::continue_trailers(true),

@@ -309,6 +309,10 @@ pub struct PodEntry {
     /// The pod's KV-event replay endpoint, instead of the template's.
     #[serde(default)]
     pub kv_events_replay_endpoint: Option<String>,
+    /// The engines behind the address (vLLM `--data-parallel-size`; default 1): each is routed
+    /// to as a pod of its own ([`crate::data_parallel`]).
+    #[serde(default)]
+    pub data_parallel_size: Option<u32>,
 }
 
 /// Values given on the command line; they win over the file and the environment.
@@ -659,7 +663,7 @@ fn validate_models(models: &BTreeMap<String, ModelSection>) -> Result<(), Config
             }
         }
     }
-    Ok(())
+    crate::data_parallel::validate(models).map_err(ConfigError::Pods)
 }
 
 #[cfg(test)]

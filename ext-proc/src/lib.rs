@@ -28,6 +28,7 @@ pub mod admission;
 pub mod cli;
 pub mod config;
 pub mod connection;
+pub mod data_parallel;
 pub mod discovery;
 pub mod duplex;
 pub mod engines;

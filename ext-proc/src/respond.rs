@@ -16,6 +16,8 @@ use envoy_types::pb::envoy::service::ext_proc::v3::{
     processing_response::Response, BodyResponse, CommonResponse, HeaderMutation, HeadersResponse,
     ImmediateResponse, ProcessingResponse, TrailersResponse,
 };
+use std::borrow::Cow;
+
 use envoy_types::pb::google::protobuf::{value::Kind, Struct, Value};
 
 /// Header (and `envoy.lb` metadata key) carrying the chosen `ip:port`, as the Gateway API
@@ -84,14 +86,34 @@ pub struct RouteTo<'a> {
     pub address: &'a str,
     /// `routing-strategy` to forward upstream (AIBrix forwards it).
     pub strategy: &'a str,
+    /// The chosen engine's rank when the pod is one engine of a data-parallel server.
+    pub data_parallel_rank: Option<u32>,
+}
+
+impl RouteTo<'_> {
+    /// The request headers set for the upstream: `x-gateway-destination-endpoint` and
+    /// `target-pod` (AIBrix) with the chosen `ip:port`, `routing-strategy` (AIBrix forwards
+    /// it), and, for an engine of a data-parallel server, `x-data-parallel-rank` (vLLM sends
+    /// the request to that engine).
+    pub fn upstream_headers(&self) -> impl Iterator<Item = (&'static str, Cow<'_, str>)> {
+        [
+            (DESTINATION_HEADER, Cow::Borrowed(self.address)),
+            ("target-pod", Cow::Borrowed(self.address)),
+            ("routing-strategy", Cow::Borrowed(self.strategy)),
+        ]
+        .into_iter()
+        .chain(
+            self.data_parallel_rank
+                .map(|r| (crate::data_parallel::RANK_HEADER, Cow::Owned(r.to_string()))),
+        )
+    }
 }
 
 fn route_common(to: &RouteTo<'_>) -> CommonResponse {
-    let headers = vec![
-        header(DESTINATION_HEADER, to.address),
-        header("target-pod", to.address),
-        header("routing-strategy", to.strategy),
-    ];
+    let headers = to
+        .upstream_headers()
+        .map(|(name, value)| header(name, value.as_bytes()))
+        .collect();
     CommonResponse {
         header_mutation: mutation(headers),
         clear_route_cache: true,
@@ -479,6 +501,7 @@ mod tests {
         let r = route_in_body(&RouteTo {
             address: "10.0.0.1:80",
             strategy: "prefix-cache",
+            data_parallel_rank: None,
         });
         let md = r.dynamic_metadata.unwrap();
         let Some(Kind::StructValue(lb)) = &md.fields[LB_NAMESPACE].kind else {
@@ -491,7 +514,39 @@ mod tests {
         let Some(Response::RequestBody(b)) = r.response else {
             panic!("not a body reply")
         };
-        assert!(b.response.unwrap().clear_route_cache);
+        let common = b.response.unwrap();
+        assert!(common.clear_route_cache);
+        let set: Vec<_> = common.header_mutation.unwrap().set_headers;
+        let names: Vec<_> = set
+            .iter()
+            .map(|h| h.header.as_ref().unwrap().key.as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [DESTINATION_HEADER, "target-pod", "routing-strategy"]
+        );
+    }
+
+    #[test]
+    fn an_engine_of_a_data_parallel_server_gets_its_rank_header() {
+        let to = RouteTo {
+            address: "10.0.0.1:80",
+            strategy: "least-ttft",
+            data_parallel_rank: Some(3),
+        };
+        let headers: Vec<(&str, String)> = to
+            .upstream_headers()
+            .map(|(n, v)| (n, v.into_owned()))
+            .collect();
+        assert_eq!(
+            headers,
+            [
+                (DESTINATION_HEADER, "10.0.0.1:80".to_owned()),
+                ("target-pod", "10.0.0.1:80".to_owned()),
+                ("routing-strategy", "least-ttft".to_owned()),
+                ("x-data-parallel-rank", "3".to_owned()),
+            ]
+        );
     }
 
     #[test]

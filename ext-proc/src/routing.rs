@@ -20,7 +20,7 @@ use kvroute_core::{
 use crate::admission::{self, metrics::Outcome, AdmissionInputs, Held};
 use crate::extract::{extract, reject, Endpoint};
 use crate::health::ResponseEnd;
-use crate::respond::{echoed_value, Reject, DESTINATION_HEADER};
+use crate::respond::{echoed_value, Reject, RouteTo};
 use crate::shared::Shared;
 use crate::stream_timing::{is_event_stream, ResponseTiming};
 use crate::ticket_guard::TicketGuard;
@@ -116,6 +116,17 @@ pub struct Routed {
     pub decision: Decision,
     /// Releases the ticket when dropped.
     pub guard: TicketGuard,
+}
+
+impl Routed {
+    /// Where the request goes ([`RouteTo::upstream_headers`]).
+    pub fn route_to(&self) -> RouteTo<'_> {
+        RouteTo {
+            address: &self.address,
+            strategy: &self.strategy,
+            data_parallel_rank: self.decision.data_parallel_rank,
+        }
+    }
 }
 
 /// What a request is routed with, besides its prompt.
@@ -464,17 +475,6 @@ pub fn finish(
         decision,
         guard,
     }
-}
-
-/// The request headers set for the upstream: `x-gateway-destination-endpoint` and
-/// `target-pod` (AIBrix) with the chosen `ip:port`, and `routing-strategy` (AIBrix forwards
-/// it).
-pub fn upstream_headers<'a>(address: &'a str, strategy: &'a str) -> [(&'static str, &'a str); 3] {
-    [
-        (DESTINATION_HEADER, address),
-        ("target-pod", address),
-        ("routing-strategy", strategy),
-    ]
 }
 
 /// Logs a rejection and counts it: the reason at debug for a bad body, one line at info (a

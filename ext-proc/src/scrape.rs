@@ -9,6 +9,9 @@
 //! and `check_path` (default every second, `GET /health`) do the checking alone.
 //!
 //! Contract:
+//! - Each address is fetched once per round: the engines of a data-parallel server
+//!   ([`crate::data_parallel`]) share it, and each reads its own `engine="R"` series
+//!   ([`parse_engine`]); the fetch's outcome is every one of its engines' active check.
 //! - A pod whose scrape fails gets no snapshot; the core drops the last one after
 //!   `ttft.snapshot_max_age_ms` and the pod keeps routing on the router's own counts.
 //! - Every failure counts in `kvroute_engine_scrape_errors_total{pod}`; a warning is logged
@@ -55,9 +58,13 @@ pub enum ScrapeError {
     /// The body was not UTF-8 text.
     #[error("body is not UTF-8")]
     NotText,
-    /// The text has neither `vllm:num_requests_running` nor `vllm:num_requests_waiting`.
+    /// The text has neither `vllm:num_requests_running` nor `vllm:num_requests_waiting` (for
+    /// the engine asked for).
     #[error("no vLLM engine metrics in the body")]
     NoEngineMetrics,
+    /// The fetch, shared by the engines of one address, failed.
+    #[error("{0}")]
+    Shared(Arc<ScrapeError>),
 }
 
 /// The vLLM series read (gauges, counters, histogram sums and counts), each summed over its
@@ -93,9 +100,17 @@ fn largest(slot: &mut Option<f64>, v: f64) {
     *slot = Some(slot.map_or(v, |s| s.max(v)));
 }
 
-/// Splits one sample line into its metric name and value; `None` for comments, blank lines
-/// and lines that do not parse. Labels (with quoted, escaped values) are skipped.
-fn sample(line: &str) -> Option<(&str, f64)> {
+/// One sample line: its metric name, its `engine` label (vLLM's engine index), and value.
+struct Sample<'a> {
+    name: &'a str,
+    engine: Option<&'a str>,
+    value: f64,
+}
+
+/// Splits one sample line into its metric name, `engine` label and value; `None` for
+/// comments, blank lines and lines that do not parse. Other labels (with quoted, escaped
+/// values) are skipped.
+fn sample(line: &str) -> Option<Sample<'_>> {
     let line = line.trim();
     if line.is_empty() || line.starts_with('#') {
         return None;
@@ -103,26 +118,41 @@ fn sample(line: &str) -> Option<(&str, f64)> {
     let name_end = line.find(|c: char| c == '{' || c.is_whitespace())?;
     let name = &line[..name_end];
     let mut rest = &line[name_end..];
-    if rest.starts_with('{') {
-        let mut in_quotes = false;
+    let mut engine = None;
+    if let Some(labels) = rest.strip_prefix('{') {
+        // label="value" pairs up to the closing brace outside quotes.
+        let mut key_start = 0;
+        let mut value_start = None;
         let mut escaped = false;
         let mut close = None;
-        for (i, c) in rest.char_indices() {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' if in_quotes => escaped = true,
-                '"' => in_quotes = !in_quotes,
-                '}' if !in_quotes => {
+        for (i, c) in labels.char_indices() {
+            match (c, value_start) {
+                (_, Some(_)) if escaped => escaped = false,
+                ('\\', Some(_)) => escaped = true,
+                ('"', Some(start)) => {
+                    let key = labels[key_start..start].trim_start_matches([',', ' ']);
+                    if key.trim_end().strip_suffix('=').map(str::trim) == Some("engine") {
+                        engine = Some(&labels[start + 1..i]);
+                    }
+                    value_start = None;
+                    key_start = i + 1;
+                }
+                ('"', None) => value_start = Some(i),
+                ('}', None) => {
                     close = Some(i);
                     break;
                 }
                 _ => {}
             }
         }
-        rest = &rest[close? + 1..];
+        rest = &labels[close? + 1..];
     }
     let value: f64 = rest.split_whitespace().next()?.parse().ok()?;
-    value.is_finite().then_some((name, value))
+    value.is_finite().then_some(Sample {
+        name,
+        engine,
+        value,
+    })
 }
 
 /// Parses vLLM's Prometheus text into a snapshot: `vllm:num_requests_running`,
@@ -141,8 +171,20 @@ fn sample(line: &str) -> Option<(&str, f64)> {
 /// but a text with neither running nor waiting is not an engine's:
 /// [`ScrapeError::NoEngineMetrics`]. Negative values count as 0.
 pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
+    parse_engine(text, None)
+}
+
+/// As [`parse`], counting only the series labelled `engine="RANK"` when `rank` is given: one
+/// engine of a data-parallel server ([`crate::data_parallel`]). A text with no running or
+/// waiting series for that engine is [`ScrapeError::NoEngineMetrics`].
+pub fn parse_engine(text: &str, rank: Option<u32>) -> Result<EngineSnapshot, ScrapeError> {
+    let rank = rank.map(|r| r.to_string());
     let mut s = Sums::default();
-    for (name, v) in text.lines().filter_map(sample) {
+    let samples = text
+        .lines()
+        .filter_map(sample)
+        .filter(|x| rank.is_none() || x.engine == rank.as_deref());
+    for Sample { name, value: v, .. } in samples {
         let Some(short) = name.strip_prefix("vllm:") else {
             continue;
         };
@@ -287,60 +329,96 @@ pub async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
     }
 }
 
-/// Every live pod: id, name, address.
-fn live_pods(shared: &Shared) -> Vec<(kvroute_core::PodId, String, String)> {
+/// A live pod as scraped.
+struct LivePod {
+    id: kvroute_core::PodId,
+    name: String,
+    address: String,
+    /// Its engine rank behind a data-parallel server's address.
+    rank: Option<u32>,
+}
+
+/// Every live pod.
+fn live_pods(shared: &Shared) -> Vec<LivePod> {
     shared
         .router
         .lock()
         .pods()
         .into_iter()
-        .map(|p| (p.id, p.name.to_string(), p.address.to_string()))
+        .map(|p| LivePod {
+            id: p.id,
+            name: p.name.to_string(),
+            address: p.address.to_string(),
+            rank: p.data_parallel_rank,
+        })
         .collect()
 }
 
-/// Reports one active check of `id` to the core and logs what it changed.
-fn report_check(shared: &Shared, id: kvroute_core::PodId, name: &str, address: &str, passed: bool) {
-    let now = shared.now();
-    // A pod removed by a reload since the list was taken is simply refused.
-    let event = shared.router.lock().report_health_check(id, passed, now);
-    if let Ok(Some(event)) = event {
-        crate::health::log_event(name, address, event, now.as_millis());
-    }
-}
-
-/// `GET path` on every live pod once, concurrently: the active checks when scraping is off.
-async fn check_round(shared: &Shared, path: &str, timeout: Duration) {
-    let pods = live_pods(shared);
-    let results = futures_util::future::join_all(
-        pods.iter()
-            .map(|(_, _, addr)| async move { fetch_path(addr, path, timeout).await }),
-    )
-    .await;
-    for ((id, name, address), result) in pods.iter().zip(results) {
-        report_check(shared, *id, name, address, result.is_ok());
-    }
-}
-
-/// Scrapes every live pod once, concurrently.
-async fn round(shared: &Shared, timeout: Duration, failing: &mut HashMap<String, bool>) {
-    let pods = live_pods(shared);
-    let results = futures_util::future::join_all(pods.iter().map(|(_, _, addr)| async move {
-        let text = fetch(addr, timeout).await;
-        let answered = text.is_ok();
-        (answered, text.and_then(|text| parse(&text)))
+/// `GET path` on each of the pods' addresses once, concurrently (the engines of a
+/// data-parallel server share one); the results in the order of `pods`.
+async fn fetch_each(
+    pods: &[LivePod],
+    path: &str,
+    timeout: Duration,
+) -> Vec<Result<Arc<str>, Arc<ScrapeError>>> {
+    let mut addresses: Vec<&str> = pods.iter().map(|p| p.address.as_str()).collect();
+    addresses.sort_unstable();
+    addresses.dedup();
+    let fetched = futures_util::future::join_all(addresses.iter().map(|addr| async move {
+        fetch_path(addr, path, timeout)
+            .await
+            .map(Arc::from)
+            .map_err(Arc::new)
     }))
     .await;
+    let by_address: HashMap<&str, _> = addresses.into_iter().zip(fetched).collect();
+    pods.iter()
+        .map(|p| by_address[p.address.as_str()].clone())
+        .collect()
+}
+
+/// Reports one active check of `pod` to the core and logs what it changed.
+fn report_check(shared: &Shared, pod: &LivePod, passed: bool) {
+    let now = shared.now();
+    // A pod removed by a reload since the list was taken is simply refused.
+    let event = shared
+        .router
+        .lock()
+        .report_health_check(pod.id, passed, now);
+    if let Ok(Some(event)) = event {
+        crate::health::log_event(&pod.name, &pod.address, event, now.as_millis());
+    }
+}
+
+/// `GET path` on every live pod once: the active checks when scraping is off.
+async fn check_round(shared: &Shared, path: &str, timeout: Duration) {
+    let pods = live_pods(shared);
+    let results = fetch_each(&pods, path, timeout).await;
+    for (pod, result) in pods.iter().zip(results) {
+        report_check(shared, pod, result.is_ok());
+    }
+}
+
+/// Scrapes every live pod once (an address once, whatever its engines).
+async fn round(shared: &Shared, timeout: Duration, failing: &mut HashMap<String, bool>) {
+    let pods = live_pods(shared);
+    let results = fetch_each(&pods, "/metrics", timeout).await;
     let now = shared.now();
     let mut good: Vec<(String, EngineSnapshot)> = Vec::with_capacity(pods.len());
-    failing.retain(|name, _| pods.iter().any(|(_, n, _)| n == name));
-    for ((id, name, address), (answered, result)) in pods.iter().zip(results) {
-        report_check(shared, *id, name, address, answered);
+    failing.retain(|name, _| pods.iter().any(|p| &p.name == name));
+    for (pod, text) in pods.iter().zip(results) {
+        let (name, address) = (&pod.name, &pod.address);
+        report_check(shared, pod, text.is_ok());
         shared.metrics.scraped(name);
         let was_failing = failing.get(name).copied();
+        let result = match text {
+            Ok(text) => parse_engine(&text, pod.rank),
+            Err(e) => Err(ScrapeError::Shared(e)),
+        };
         match result {
             Ok(snapshot) => {
                 // A pod removed by a reload since the list was taken is simply refused.
-                let _ = shared.router.lock().observe_engine(*id, snapshot, now);
+                let _ = shared.router.lock().observe_engine(pod.id, snapshot, now);
                 good.push((name.clone(), snapshot));
                 if was_failing == Some(true) {
                     tracing::info!(pod = %name, %address, "engine metrics scrape recovered");
@@ -456,6 +534,39 @@ python_gc_objects_collected_total{generation="0"} 77
                 generation_requests: Some(9),
             }
         );
+    }
+
+    #[test]
+    fn one_engine_of_a_data_parallel_server_reads_its_own_series() {
+        // Engine 1's series only; the unlabelled ones belong to no engine.
+        let s = parse_engine(VLLM, Some(1)).unwrap();
+        assert_eq!(
+            (s.running, s.waiting, s.kv_usage, s.prefix_queries),
+            (2, 0, Some(0.5), None)
+        );
+        assert_eq!(
+            (s.queue_seconds, s.queue_requests, s.decode_requests),
+            (Some(0.25), Some(3), Some(3))
+        );
+        assert_eq!(
+            (s.request_prompt_tokens, s.prompt_requests),
+            (Some(500), Some(3))
+        );
+        let s = parse_engine(VLLM, Some(0)).unwrap();
+        assert_eq!(
+            (s.running, s.kv_usage, s.queue_requests),
+            (3, Some(0.25), Some(6))
+        );
+        assert!(matches!(
+            parse_engine(VLLM, Some(2)),
+            Err(ScrapeError::NoEngineMetrics)
+        ));
+        // The label is found wherever it stands, after quoted and escaped values; a label
+        // merely ending in "engine" is another label.
+        let text = "vllm:num_requests_running{model_name=\"a,\\\"engine=\\\"1\",engine=\"1\"} 7\n\
+                    vllm:num_requests_running{my_engine=\"1\", engine = \"0\"} 5\n";
+        assert_eq!(parse_engine(text, Some(1)).unwrap().running, 7);
+        assert_eq!(parse_engine(text, Some(0)).unwrap().running, 5);
     }
 
     #[test]

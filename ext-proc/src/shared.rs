@@ -234,25 +234,26 @@ impl Shared {
                 router.remove_model(&model)?;
             }
         }
-        let mut wanted: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        let mut wanted: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         for (model, pods) in &config.models {
             // A configured model without pods answers 503 (no ready pod), not 400.
             router.add_model(model)?;
             for pod in pods {
-                let id = router.add_pod(
-                    model,
-                    PodSpec {
-                        name: &pod.name,
-                        address: &pod.address,
-                        ready: true,
-                    },
-                )?;
-                let max_seqs = pod.max_seqs.unwrap_or(config.router.ttft.max_seqs);
-                router.set_pod_capacity(id, max_seqs)?;
-                wanted
-                    .entry(pod.name.as_str())
-                    .or_default()
-                    .insert(model.as_str());
+                let size = pod.data_parallel_size.unwrap_or(1);
+                for (name, rank) in crate::data_parallel::engines(&pod.name, size) {
+                    let id = router.add_pod(
+                        model,
+                        PodSpec {
+                            name: &name,
+                            address: &pod.address,
+                            ready: true,
+                        },
+                    )?;
+                    let max_seqs = pod.max_seqs.unwrap_or(config.router.ttft.max_seqs);
+                    router.set_pod_capacity(id, max_seqs)?;
+                    router.set_pod_data_parallel_rank(id, rank)?;
+                    wanted.entry(name).or_default().insert(model.as_str());
+                }
             }
         }
         for info in router.pods() {

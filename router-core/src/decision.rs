@@ -278,6 +278,9 @@ pub struct Decision {
     /// (standard base64 of its `ip:port`, as AIBrix encodes it), for the `x-session-id`
     /// response header, so that the client's next request with it comes back here.
     pub session_id: Option<String>,
+    /// The chosen pod's engine rank when it is one engine of a data-parallel server
+    /// ([`crate::Router::set_pod_data_parallel_rank`]): the shell pins the request to it.
+    pub data_parallel_rank: Option<u32>,
 }
 
 /// Renders the decision as one ASCII line with no commas or quotes, fit for a response header

@@ -80,6 +80,9 @@ pub struct PodInfo {
     pub ttft_calibration: crate::ttft::TtftCalibration,
     /// Its health: ejection, probing, active checks ([`crate::HealthConfig`]).
     pub health: PodHealth,
+    /// Its engine rank when it is one engine of a data-parallel server
+    /// ([`crate::Router::set_pod_data_parallel_rank`]).
+    pub data_parallel_rank: Option<u32>,
 }
 
 #[derive(Debug)]
@@ -97,6 +100,8 @@ pub(crate) struct Pod {
     pub(crate) health: Health,
     /// When it had requests from this router in flight (`least-busy-time`).
     pub(crate) busy: BusyClock,
+    /// Its engine rank behind a data-parallel server's address.
+    pub(crate) data_parallel_rank: Option<u32>,
 }
 
 /// The counters of a removed pod, kept by name so that the pod added again under that name
@@ -221,6 +226,7 @@ impl Registry {
             },
             health: Health::revived(retired.ejections),
             busy: BusyClock::default(),
+            data_parallel_rank: None,
         });
         self.pod_by_name.insert(name, id);
         Ok(id)
@@ -329,6 +335,7 @@ impl Registry {
             overhead_ms: p.model.overhead_ms.get(),
             ttft_calibration: p.model.calibration,
             health: p.health.view(),
+            data_parallel_rank: p.data_parallel_rank,
         })
     }
 

@@ -566,3 +566,68 @@ fn a_detached_ticket_holds_its_slot_until_its_predicted_end() {
     assert!(r.detach(e.ticket, end).is_err(), "closed");
     r.check_invariants().unwrap();
 }
+
+#[test]
+fn data_parallel_ranks_are_pods_at_one_address_and_decisions_name_their_rank() {
+    let mut r = Router::new(cfg()).unwrap();
+    let mut ids = Vec::new();
+    for rank in 0..3 {
+        let name = format!("dp-server/dp{rank}");
+        let id = r
+            .add_pod(
+                MODEL,
+                PodSpec {
+                    name: &name,
+                    address: "10.0.0.1:8000",
+                    ready: true,
+                },
+            )
+            .unwrap();
+        r.set_pod_data_parallel_rank(id, Some(rank)).unwrap();
+        ids.push(id);
+    }
+    let plain = r
+        .add_pod(
+            MODEL,
+            PodSpec {
+                name: "plain",
+                address: "10.0.0.2:8000",
+                ready: true,
+            },
+        )
+        .unwrap();
+    assert_eq!(r.pod(ids[2]).unwrap().data_parallel_rank, Some(2));
+    assert_eq!(r.pod(plain).unwrap().data_parallel_rank, None);
+    let spec = StrategySpec::single(Strategy::SessionAffinity);
+    let hashes = r.hash_config().hashes(study_prompt("s", 0, 1).as_bytes());
+    // Every pod's session id brings the next request back to that pod, rank included.
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..40 {
+        let first = r
+            .route(RouteRequest::new(MODEL, &hashes).with_strategy(&spec), t(i))
+            .unwrap();
+        let want_rank = r.pod(first.pod).unwrap().data_parallel_rank;
+        assert_eq!(first.data_parallel_rank, want_rank);
+        seen.insert(first.pod);
+        let session = first.session_id.clone().unwrap();
+        for _ in 0..3 {
+            let again = r
+                .route(
+                    RouteRequest::new(MODEL, &hashes)
+                        .with_strategy(&spec)
+                        .with_session_id(Some(&session)),
+                    t(i),
+                )
+                .unwrap();
+            assert_eq!(
+                (again.pod, again.data_parallel_rank),
+                (first.pod, want_rank)
+            );
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        4,
+        "random first picks reach every rank and the plain pod"
+    );
+}

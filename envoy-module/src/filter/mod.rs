@@ -212,7 +212,7 @@ impl Filter {
         if !host.set_destination(&routed.address) {
             tracing::warn!(address = &*routed.address, "Envoy refused the destination");
         }
-        for (name, value) in routing::upstream_headers(&routed.address, &routed.strategy) {
+        for (name, value) in routed.route_to().upstream_headers() {
             host.set_request_header(name, value.as_bytes());
         }
         self.routed = Some(routed);

@@ -9,7 +9,9 @@
 //!   router model: the `[models.NAME]` name, the AIBrix label's model, or the InferencePool's
 //!   name). Its endpoint is the section's template with `{host}`, `{port}` and `{name}`
 //!   replaced by the pod's address host, port and name, or the pod entry's own
-//!   `kv_events_endpoint` (static pods). Pods added, moved or removed (reload, discovery) get
+//!   `kv_events_endpoint` (static pods). Engine R of a data-parallel server
+//!   ([`crate::data_parallel`]) subscribes to that endpoint (and replay endpoint) with the port
+//!   plus R, where vLLM's rank R publishes; `{name}` is the server's name. Pods added, moved or removed (reload, discovery) get
 //!   their subscriptions started, restarted or stopped within [`RECONCILE_EVERY`].
 //! - **Gaps** (a lost message, a subscriber that joined late, an undecodable batch): repaired
 //!   from the replay endpoint when one is configured (`replay_endpoint`, the same
@@ -39,6 +41,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::data_parallel;
 use crate::shared::Shared;
 pub use convert::Converted;
 pub use status::{KvEventsStatus, PodStatus};
@@ -188,6 +191,27 @@ pub fn validate(
                     ));
                 }
             }
+            if let (Some(spec), Some(size @ 2..)) = (out.get(model), pod.data_parallel_size) {
+                // Every rank's endpoints have a port to offset (checked for the last rank).
+                let endpoints = [
+                    pod.kv_events_endpoint
+                        .clone()
+                        .unwrap_or_else(|| expand(&spec.endpoint, &pod.name, &pod.address)),
+                    pod.kv_events_replay_endpoint
+                        .clone()
+                        .or_else(|| {
+                            spec.replay_endpoint
+                                .as_deref()
+                                .map(|r| expand(r, &pod.name, &pod.address))
+                        })
+                        .unwrap_or_default(),
+                ];
+                for ep in endpoints.iter().filter(|ep| !ep.is_empty()) {
+                    if data_parallel::offset_port(ep, size - 1).is_none() {
+                        return Err(format!("pod {:?} (data_parallel_size {size}): KV-event endpoint {ep:?} needs a port that rank {} can offset", pod.name, size - 1));
+                    }
+                }
+            }
             if pod.kv_events_replay_endpoint.is_some() && pod.kv_events_endpoint.is_none() {
                 return Err(format!(
                     "pod {:?} has kv_events_replay_endpoint without kv_events_endpoint",
@@ -251,15 +275,28 @@ fn targets(shared: &Shared) -> HashMap<PodId, Target> {
         else {
             continue;
         };
-        let (endpoint, replay_endpoint) = match own.get(&*p.name) {
+        // An engine of a data-parallel server: the server's endpoints, port + rank.
+        let rank = p.data_parallel_rank;
+        let server = data_parallel::server_name(&p.name, rank);
+        let (endpoint, replay_endpoint) = match own.get(server) {
             Some((ep, replay)) => (ep.to_string(), replay.map(str::to_owned)),
             None => (
-                expand(&spec.endpoint, &p.name, &p.address),
+                expand(&spec.endpoint, server, &p.address),
                 spec.replay_endpoint
                     .as_deref()
-                    .map(|r| expand(r, &p.name, &p.address)),
+                    .map(|r| expand(r, server, &p.address)),
             ),
         };
+        let offset = |ep: String| match rank {
+            None => Some(ep),
+            Some(r) => data_parallel::offset_port(&ep, r),
+        };
+        let Some(endpoint) = offset(endpoint) else {
+            // Refused when the configuration was loaded.
+            tracing::debug!(pod = %p.name, "KV events: no port to offset by the rank");
+            continue;
+        };
+        let replay_endpoint = replay_endpoint.and_then(offset);
         out.insert(
             p.id,
             Target {

@@ -60,7 +60,7 @@ use kvroute_core::StrategySpec;
 use crate::admission::{AdmissionHeaders, Held, Verdict};
 use crate::duplex::Outbox;
 use crate::envoy_context;
-use crate::respond::{self, header, Reject, RouteTo};
+use crate::respond::{self, header, Reject};
 use crate::routing::{self, Admission, ResponseHead, RouteInputs, Routed, TimingPolicy};
 use crate::shared::Shared;
 use crate::tokenize::Tokenized;
@@ -322,10 +322,7 @@ impl StreamState {
         routed: Box<Routed>,
         reply: RoutingReply,
     ) -> Option<ProcessingResponse> {
-        let to = RouteTo {
-            address: &routed.address,
-            strategy: &routed.strategy,
-        };
+        let to = routed.route_to();
         let first = match reply {
             RoutingReply::Headers => Some(respond::route_in_headers(&to)),
             RoutingReply::Body => Some(respond::route_in_body(&to)),

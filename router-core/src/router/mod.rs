@@ -365,6 +365,22 @@ impl Router {
         Ok(())
     }
 
+    /// Makes the pod engine `rank` of a data-parallel server (vLLM `--data-parallel-size`:
+    /// several engines, each with its own KV cache and queue, behind one address), or a whole
+    /// server (`None`, the default). Each rank is added as a pod of its own under its own name
+    /// and the same address; decisions carry the chosen pod's rank
+    /// ([`Decision::data_parallel_rank`]) for the shell to pin the request to that engine (vLLM:
+    /// the `X-data-parallel-rank` header), and a session id names the rank as well as the
+    /// address.
+    pub fn set_pod_data_parallel_rank(
+        &mut self,
+        pod: PodId,
+        rank: Option<u32>,
+    ) -> Result<(), RegistryError> {
+        self.registry.pod_mut(pod)?.data_parallel_rank = rank;
+        Ok(())
+    }
+
     /// Records the pod's engine state as scraped at `at`. The TTFT model uses it until it is
     /// older than `ttft.snapshot_max_age_ms`, adding engine load the router did not route. It
     /// ages from `at` even when other calls have passed later times since the scrape; a later
@@ -735,7 +751,9 @@ impl Router {
             prediction,
             excluded: s.excluded,
             health_probe,
-            session_id: session.then(|| select::session_affinity::encode(&pod.address)),
+            session_id: session
+                .then(|| select::session_affinity::encode(&pod.address, pod.data_parallel_rank)),
+            data_parallel_rank: pod.data_parallel_rank,
         }
     }
 

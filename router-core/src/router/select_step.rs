@@ -101,7 +101,10 @@ impl Router {
             let pods = &self.registry.pods;
             select::session_affinity::target(
                 req.session_id,
-                s.cands.iter().map(|c| &*pods[c.pod.index()].address),
+                s.cands.iter().map(|c| {
+                    let p = &pods[c.pod.index()];
+                    (&*p.address, p.data_parallel_rank)
+                }),
             )
         } else {
             None

@@ -1,0 +1,217 @@
+//! Data-parallel servers: a vLLM started with `--data-parallel-size N` runs N engines (ranks),
+//! each with its own KV cache, queue and slots, behind one HTTP address. Routing to the
+//! address alone lets vLLM's own balancer pick a rank by queue length, which scatters a
+//! prefix's requests over ranks that do not share a cache. kvroute routes to the rank instead.
+//!
+//! ## Contract
+//! - A static pod with `data_parallel_size = N` (N > 1) is N pods of the router, named
+//!   `NAME/dp0` … `NAME/dp{N-1}` ([`rank_name`]) at the pod's address, each with its own
+//!   in-flight count, prefix index entries, TTFT model and KV-event view
+//!   ([`kvroute_core::Router::set_pod_data_parallel_rank`]). `1` (the default) is the pod as
+//!   before.
+//! - A request routed to a rank carries [`RANK_HEADER`] upstream (vLLM's
+//!   `X-data-parallel-rank`: the API server hands the request to that engine); `target-pod`
+//!   and the decision name the rank's pod.
+//! - Engine metrics: one scrape of the address serves every rank; each rank reads the series
+//!   labelled `engine="R"` (vLLM labels each engine's series so) ([`crate::scrape`]).
+//! - KV events: rank R's publisher is the pod's endpoint with its port offset by R, and so
+//!   is its replay endpoint ([`offset_port`], vLLM's `offset_endpoint_port`).
+//! - Data-parallel sizes are read from static pods only: discovered pods (Kubernetes, Envoy
+//!   hosts) are whole servers.
+
+use std::collections::BTreeMap;
+
+use crate::config::ModelSection;
+
+/// The upstream request header naming the engine (vLLM reads it case-insensitively).
+pub const RANK_HEADER: &str = "x-data-parallel-rank";
+/// The largest `data_parallel_size` accepted.
+pub const MAX_SIZE: u32 = 1024;
+
+/// The router's name of engine `rank` of the server `name`.
+pub fn rank_name(name: &str, rank: u32) -> String {
+    format!("{name}/dp{rank}")
+}
+
+/// The server's name of the router pod `name` that is engine `rank` (the name itself when it
+/// has no rank).
+pub fn server_name(name: &str, rank: Option<u32>) -> &str {
+    let Some(rank) = rank else { return name };
+    name.strip_suffix(&*format!("/dp{rank}")).unwrap_or(name)
+}
+
+/// The router pods of a server `name` with `size` engines: `(name, None)` for a size of 1 (or
+/// 0), else one `(NAME/dpR, Some(R))` per rank.
+pub fn engines(name: &str, size: u32) -> Vec<(String, Option<u32>)> {
+    if size <= 1 {
+        return vec![(name.to_owned(), None)];
+    }
+    (0..size).map(|r| (rank_name(name, r), Some(r))).collect()
+}
+
+/// `endpoint` (`tcp://HOST:PORT`) with its port offset by `rank`, as each rank of a vLLM
+/// data-parallel server binds its KV-event sockets; `None` when the endpoint has no numeric
+/// port or the port would pass 65535.
+pub fn offset_port(endpoint: &str, rank: u32) -> Option<String> {
+    if rank == 0 {
+        return Some(endpoint.to_owned());
+    }
+    let (base, port) = endpoint.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok()?;
+    let shifted = u16::try_from(u32::from(port) + rank).ok()?;
+    Some(format!("{base}:{shifted}"))
+}
+
+/// Checks the pods' `data_parallel_size`: 1 to [`MAX_SIZE`], the same for a pod listed
+/// under several models, and no rank's name taken by another pod.
+pub fn validate(models: &BTreeMap<String, ModelSection>) -> Result<(), String> {
+    let mut sizes: BTreeMap<&str, u32> = BTreeMap::new();
+    for (model, section) in models {
+        for pod in &section.pods {
+            let size = pod.data_parallel_size.unwrap_or(1);
+            if !(1..=MAX_SIZE).contains(&size) {
+                return Err(format!(
+                    "model {model:?}: pod {:?} data_parallel_size must be 1 to {MAX_SIZE}",
+                    pod.name
+                ));
+            }
+            if let Some(prev) = sizes.insert(&pod.name, size) {
+                if prev != size {
+                    return Err(format!(
+                        "pod {:?} has two data_parallel_size ({prev} and {size})",
+                        pod.name
+                    ));
+                }
+            }
+        }
+    }
+    for (name, size) in sizes.iter().filter(|(_, size)| **size > 1) {
+        for rank in 0..*size {
+            let rank_pod = rank_name(name, rank);
+            if sizes.contains_key(rank_pod.as_str()) {
+                return Err(format!(
+                    "pod {rank_pod:?} has the name of rank {rank} of pod {name:?} (data_parallel_size {size})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_are_named_and_ports_offset_as_vllm_does() {
+        assert_eq!(engines("a", 1), [("a".to_owned(), None)]);
+        assert_eq!(
+            engines("a", 3),
+            [
+                ("a/dp0".to_owned(), Some(0)),
+                ("a/dp1".to_owned(), Some(1)),
+                ("a/dp2".to_owned(), Some(2))
+            ]
+        );
+        assert_eq!(server_name("a/dp2", Some(2)), "a");
+        assert_eq!(server_name("a/dp2", None), "a/dp2");
+        assert_eq!(server_name("a", Some(1)), "a");
+        assert_eq!(
+            offset_port("tcp://10.0.0.1:5557", 2).as_deref(),
+            Some("tcp://10.0.0.1:5559")
+        );
+        assert_eq!(
+            offset_port("tcp://[::1]:5557", 1).as_deref(),
+            Some("tcp://[::1]:5558")
+        );
+        assert_eq!(
+            offset_port("tcp://h:5557", 0).as_deref(),
+            Some("tcp://h:5557")
+        );
+        assert_eq!(offset_port("tcp://h:65535", 1), None);
+        assert_eq!(offset_port("tcp://h", 1), None);
+        assert_eq!(offset_port("tcp://h:x", 1), None);
+    }
+
+    fn load(text: &str) -> Result<crate::config::Config, crate::config::ConfigError> {
+        let file = crate::config::parse_toml(text, std::path::Path::new("t.toml"))?;
+        crate::config::build(
+            file,
+            &crate::env::EnvSnapshot::from_pairs(&[]),
+            &crate::config::Overrides::default(),
+            7,
+        )
+    }
+
+    fn pods(size: &str) -> String {
+        format!("[models.m]\npods = [{{ name = \"a\", address = \"127.0.0.1:1\"{size} }}, {{ name = \"b\", address = \"127.0.0.1:2\" }}]\n")
+    }
+
+    #[test]
+    fn sizes_are_checked() {
+        for (bad, why) in [
+            (pods(", data_parallel_size = 0"), "data_parallel_size must be 1 to 1024"),
+            (pods(", data_parallel_size = 1025"), "data_parallel_size must be 1 to 1024"),
+            (
+                pods(", data_parallel_size = 2")
+                    + "[models.n]\npods = [{ name = \"a\", address = \"127.0.0.1:1\", data_parallel_size = 3 }]",
+                "pod \"a\" has two data_parallel_size (2 and 3)",
+            ),
+            (
+                pods(", data_parallel_size = 2")
+                    + "[models.n]\npods = [{ name = \"a/dp1\", address = \"127.0.0.1:3\" }]",
+                "pod \"a/dp1\" has the name of rank 1 of pod \"a\"",
+            ),
+        ] {
+            let e = load(&bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+        assert!(load(&pods(", data_parallel_size = 1024")).is_ok());
+    }
+
+    #[test]
+    fn a_data_parallel_pod_is_one_router_pod_per_rank_and_reloads_change_them() {
+        let config = load(&pods(", data_parallel_size = 3")).unwrap();
+        let shared = crate::shared::Shared::new(
+            &config,
+            &mut prometheus_client::registry::Registry::default(),
+        )
+        .unwrap();
+        let seen = || {
+            let mut v: Vec<(String, String, Option<u32>)> = shared
+                .router
+                .lock()
+                .pods()
+                .into_iter()
+                .map(|p| {
+                    (
+                        p.name.to_string(),
+                        p.address.to_string(),
+                        p.data_parallel_rank,
+                    )
+                })
+                .collect();
+            v.sort();
+            v
+        };
+        let at = |n: &str, a: &str, r| (n.to_owned(), a.to_owned(), r);
+        assert_eq!(
+            seen(),
+            [
+                at("a/dp0", "127.0.0.1:1", Some(0)),
+                at("a/dp1", "127.0.0.1:1", Some(1)),
+                at("a/dp2", "127.0.0.1:1", Some(2)),
+                at("b", "127.0.0.1:2", None),
+            ]
+        );
+        shared
+            .apply(&load(&pods(", data_parallel_size = 2")).unwrap())
+            .unwrap();
+        assert_eq!(seen().len(), 3, "{:?}", seen());
+        shared.apply(&load(&pods("")).unwrap()).unwrap();
+        assert_eq!(
+            seen(),
+            [at("a", "127.0.0.1:1", None), at("b", "127.0.0.1:2", None)]
+        );
+    }
+}
