@@ -214,4 +214,32 @@ mod tests {
             [at("a", "127.0.0.1:1", None), at("b", "127.0.0.1:2", None)]
         );
     }
+
+    #[test]
+    fn the_readme_example_loads_as_documented() {
+        let readme = include_str!("../README.md");
+        let section = &readme[readme.find("### Data-parallel servers").unwrap()..];
+        let block = section.split("```toml\n").nth(1).unwrap();
+        let toml = &block[..block.find("```").unwrap()];
+        let config = load(toml).unwrap();
+        let shared = crate::shared::Shared::new(
+            &config,
+            &mut prometheus_client::registry::Registry::default(),
+        )
+        .unwrap();
+        let mut names: Vec<String> = shared
+            .router
+            .lock()
+            .pods()
+            .iter()
+            .map(|p| format!("{} {} {:?}", p.name, p.address, p.data_parallel_rank))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            (0..4)
+                .map(|r| format!("dsv3-0/dp{r} 10.0.0.5:8000 Some({r})"))
+                .collect::<Vec<_>>()
+        );
+    }
 }
