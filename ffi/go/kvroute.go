@@ -388,6 +388,10 @@ type Decision struct {
 	ReadyPods     uint32
 	Excluded      uint32 // ready pods left out for their health (ejected, probe out, checks failing)
 	HealthProbe   bool   // the probe of a pod whose ejection is over: its outcome decides
+	// DataParallelRank is the chosen pod's engine rank when it is one engine of a
+	// data-parallel server (Router.SetPodDataParallelRank): send it upstream as vLLM's
+	// X-data-parallel-rank header. -1 for a whole server.
+	DataParallelRank int64
 	// SessionID is the chosen pod's session id for session-affinity, to return to the client
 	// in the response's x-session-id header; set by the *Session methods when the strategy
 	// spec includes session-affinity, "" otherwise (see RouteSession and Router.SessionID).
@@ -396,20 +400,21 @@ type Decision struct {
 
 func decisionFrom(d *C.kvroute_decision) Decision {
 	return Decision{
-		Ticket:        uint64(d.ticket),
-		Pod:           PodID(d.pod),
-		Reason:        Reason(d.reason),
-		MatchPercent:  uint32(d.match_percent),
-		MatchedBlocks: uint32(d.matched_blocks),
-		TotalBlocks:   uint32(d.total_blocks),
-		Imbalance:     bool(d.imbalance),
-		Load:          uint32(d.load),
-		LoadMin:       uint32(d.load_min),
-		LoadMax:       uint32(d.load_max),
-		LoadMean:      float64(d.load_mean),
-		ReadyPods:     uint32(d.ready_pods),
-		Excluded:      uint32(d.excluded),
-		HealthProbe:   bool(d.health_probe),
+		Ticket:           uint64(d.ticket),
+		Pod:              PodID(d.pod),
+		Reason:           Reason(d.reason),
+		MatchPercent:     uint32(d.match_percent),
+		MatchedBlocks:    uint32(d.matched_blocks),
+		TotalBlocks:      uint32(d.total_blocks),
+		Imbalance:        bool(d.imbalance),
+		Load:             uint32(d.load),
+		LoadMin:          uint32(d.load_min),
+		LoadMax:          uint32(d.load_max),
+		LoadMean:         float64(d.load_mean),
+		ReadyPods:        uint32(d.ready_pods),
+		Excluded:         uint32(d.excluded),
+		HealthProbe:      bool(d.health_probe),
+		DataParallelRank: int64(d.data_parallel_rank),
 	}
 }
 

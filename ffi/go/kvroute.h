@@ -702,7 +702,8 @@ typedef struct kvroute_pod_info {
  *
  * The request holds an in-flight slot on `pod` until `ticket` is passed to
  * `kvroute_router_complete()`. Fields are never moved or removed; new ones are appended at the
- * end (`excluded` and `health_probe` came with pod health). The session id of
+ * end (`excluded` and `health_probe` came with pod health, `data_parallel_rank` with
+ * data-parallel servers). The session id of
  * `session-affinity` is no field (its length follows the pod's address):
  * `kvroute_router_session_id()` reads it.
  */
@@ -767,6 +768,12 @@ typedef struct kvroute_decision {
    * a cancel lets the next request probe).
    */
   bool health_probe;
+  /**
+   * The chosen pod's engine rank when it is one engine of a data-parallel server
+   * (`kvroute_router_set_pod_data_parallel_rank()`): send it upstream as vLLM's
+   * `X-data-parallel-rank` header. -1 for a whole server.
+   */
+  int64_t data_parallel_rank;
 } kvroute_decision;
 
 /**
@@ -1252,6 +1259,19 @@ kvroute_status kvroute_router_upsert_pod(struct kvroute_router *router,
 kvroute_status kvroute_router_set_pod_ready(struct kvroute_router *router,
                                             kvroute_pod_id pod,
                                             bool ready);
+
+/**
+ * Makes the pod engine `rank` of a data-parallel server (vLLM `--data-parallel-size`: several
+ * engines, each with its own KV cache and queue, behind one address), or a whole server again
+ * with a negative `rank`. Add each engine as a pod of its own (its own name, the server's
+ * address) and set its rank; a decision for it carries the rank
+ * (`kvroute_decision.data_parallel_rank`), which the caller sends upstream as vLLM's
+ * `X-data-parallel-rank` request header. Returns `KVROUTE_STATUS_UNKNOWN_POD`, or
+ * `KVROUTE_STATUS_INVALID_PARAMETER` for a rank above `UINT32_MAX`, with nothing changed.
+ */
+kvroute_status kvroute_router_set_pod_data_parallel_rank(struct kvroute_router *router,
+                                                         kvroute_pod_id pod,
+                                                         int64_t rank);
 
 /**
  * Changes the pod's `ip:port` address (UTF-8, borrowed for the call only). Returns

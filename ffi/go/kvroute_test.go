@@ -584,6 +584,52 @@ func TestSessionAffinity(t *testing.T) {
 	}
 }
 
+func TestDataParallelRanks(t *testing.T) {
+	r := newTestRouter(t, Config{Seed: 5, Strategy: "session-affinity"}, 1) // vllm-0: a whole server
+	defer r.Close()
+	var ranks []PodID
+	for i := 0; i < 2; i++ {
+		pod, err := r.AddPod("study", fmt.Sprintf("dp/dp%d", i), "10.0.0.9:8000", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.SetPodDataParallelRank(pod, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		ranks = append(ranks, pod)
+	}
+	seen := map[int64]bool{}
+	for now := uint64(1); now < 60; now++ {
+		d, err := r.RouteSession("study", []byte("hi"), "", nil, "", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := int64(-1)
+		for i, p := range ranks {
+			if d.Pod == p {
+				want = int64(i)
+			}
+		}
+		if d.DataParallelRank != want {
+			t.Fatalf("%+v: rank %d, want %d", d, d.DataParallelRank, want)
+		}
+		seen[want] = true
+		again, err := r.RouteSession("study", []byte("hi"), "", nil, d.SessionID, now)
+		if err != nil || again.Pod != d.Pod || again.DataParallelRank != want {
+			t.Fatalf("session %q: %+v %v, want pod %d", d.SessionID, again, err, d.Pod)
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("ranks seen: %v", seen)
+	}
+	if err := r.SetPodDataParallelRank(ranks[0], 1<<32); !errors.Is(err, StatusInvalidParameter) {
+		t.Fatalf("rank 1<<32: %v", err)
+	}
+	if err := r.SetPodDataParallelRank(99, 0); !errors.Is(err, StatusUnknownPod) {
+		t.Fatalf("unknown pod: %v", err)
+	}
+}
+
 // predictedTTFT reads pred_ttft_ms from a decision's explanation.
 func predictedTTFT(t *testing.T, r *Router, ticket uint64) int {
 	t.Helper()

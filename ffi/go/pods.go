@@ -44,6 +44,16 @@ func (r *Router) SetPodReady(pod PodID, ready bool) error {
 	return check(st)
 }
 
+// SetPodDataParallelRank makes the pod engine rank of a data-parallel server (vLLM
+// --data-parallel-size: several engines behind one address, each with its own KV cache), or
+// a whole server again with a negative rank. Add each engine as a pod of its own (its own
+// name, the server's address); decisions for it carry the rank (Decision.DataParallelRank).
+func (r *Router) SetPodDataParallelRank(pod PodID, rank int64) error {
+	st := C.kvroute_router_set_pod_data_parallel_rank(r.ptr(), C.kvroute_pod_id(pod), C.int64_t(rank))
+	runtime.KeepAlive(r)
+	return check(st)
+}
+
 // SetPodAddress changes the pod's "ip:port" address.
 func (r *Router) SetPodAddress(pod PodID, address string) error {
 	ap, an := stringArg(address)

@@ -11,7 +11,8 @@ use crate::status::{kvroute_reason, kvroute_status};
 ///
 /// The request holds an in-flight slot on `pod` until `ticket` is passed to
 /// `kvroute_router_complete()`. Fields are never moved or removed; new ones are appended at the
-/// end (`excluded` and `health_probe` came with pod health). The session id of
+/// end (`excluded` and `health_probe` came with pod health, `data_parallel_rank` with
+/// data-parallel servers). The session id of
 /// `session-affinity` is no field (its length follows the pod's address):
 /// `kvroute_router_session_id()` reads it.
 #[repr(C)]
@@ -49,6 +50,10 @@ pub struct kvroute_decision {
     /// the pod is back in service (success readmits it, a failure ejects it again for longer,
     /// a cancel lets the next request probe).
     pub health_probe: bool,
+    /// The chosen pod's engine rank when it is one engine of a data-parallel server
+    /// (`kvroute_router_set_pod_data_parallel_rank()`): send it upstream as vLLM's
+    /// `X-data-parallel-rank` header. -1 for a whole server.
+    pub data_parallel_rank: i64,
 }
 
 impl From<&Decision> for kvroute_decision {
@@ -68,6 +73,7 @@ impl From<&Decision> for kvroute_decision {
             imbalance: d.imbalance,
             excluded: d.excluded,
             health_probe: d.health_probe,
+            data_parallel_rank: d.data_parallel_rank.map_or(-1, i64::from),
         }
     }
 }

@@ -142,6 +142,30 @@ pub extern "C" fn kvroute_router_set_pod_ready(
     }
 }
 
+/// Makes the pod engine `rank` of a data-parallel server (vLLM `--data-parallel-size`: several
+/// engines, each with its own KV cache and queue, behind one address), or a whole server again
+/// with a negative `rank`. Add each engine as a pod of its own (its own name, the server's
+/// address) and set its rank; a decision for it carries the rank
+/// (`kvroute_decision.data_parallel_rank`), which the caller sends upstream as vLLM's
+/// `X-data-parallel-rank` request header. Returns `KVROUTE_STATUS_UNKNOWN_POD`, or
+/// `KVROUTE_STATUS_INVALID_PARAMETER` for a rank above `UINT32_MAX`, with nothing changed.
+#[no_mangle]
+pub extern "C" fn kvroute_router_set_pod_data_parallel_rank(
+    router: *mut kvroute_router,
+    pod: kvroute_pod_id,
+    rank: i64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let rank = match rank {
+            ..0 => None,
+            r => Some(try_status!(u32::try_from(r).map_err(|_| kvroute_status::InvalidParameter))),
+        };
+        try_status!(try_status!(r.lock()).router.set_pod_data_parallel_rank(PodId::from_u32(pod), rank));
+        kvroute_status::Ok
+    }
+}
+
 /// Changes the pod's `ip:port` address (UTF-8, borrowed for the call only). Returns
 /// `KVROUTE_STATUS_UNKNOWN_POD` or `KVROUTE_STATUS_INVALID_ADDRESS` with nothing changed.
 #[no_mangle]

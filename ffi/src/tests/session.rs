@@ -340,3 +340,50 @@ fn session_statuses() {
     assert_eq!(session_of(r, d.ticket), Err(kvroute_status::UnknownTicket));
     kvroute_router_free(r);
 }
+
+#[test]
+fn engines_of_a_data_parallel_server_carry_their_rank_and_their_own_session() {
+    let r = new_router("session-affinity");
+    let server = "10.0.0.9:8000";
+    let ranks = [add(r, "dp/dp0", server), add(r, "dp/dp1", server)];
+    let whole = add(r, "whole", ADDRESSES[0]);
+    for (i, &pod) in ranks.iter().enumerate() {
+        assert_eq!(
+            kvroute_router_set_pod_data_parallel_rank(r, pod, i as i64),
+            kvroute_status::Ok
+        );
+    }
+    // Each pod's session id brings the next requests back to it, with its rank.
+    let mut seen = [false; 3];
+    for now in 1..60 {
+        let d = route_session(r, Call::Bytes, "", None, NONE, now).unwrap();
+        let rank = match which(&[ranks[0], ranks[1], whole], d.pod) {
+            2 => -1,
+            i => i as i64,
+        };
+        assert_eq!(d.data_parallel_rank, rank);
+        seen[(rank + 1) as usize] = true;
+        let id = session_of(r, d.ticket).unwrap();
+        for _ in 0..2 {
+            let again = route_session(r, Call::Json, "", None, bytes(&id), now).unwrap();
+            assert_eq!((again.pod, again.data_parallel_rank), (d.pod, rank));
+        }
+    }
+    assert_eq!(seen, [true; 3]);
+    // A negative rank makes it a whole server again; a rank past u32 and unknown pods are
+    // refused with nothing changed; NULL is NULL.
+    let set = |pod, rank| status(kvroute_router_set_pod_data_parallel_rank(r, pod, rank));
+    assert_eq!(set(ranks[1], 1 << 32), "KVROUTE_STATUS_INVALID_PARAMETER");
+    assert_eq!(set(99, 0), "KVROUTE_STATUS_UNKNOWN_POD");
+    assert_eq!(set(ranks[1], -1), "KVROUTE_STATUS_OK");
+    let d = (1..200)
+        .map(|now| route_session(r, Call::Bytes, "", None, NONE, now).unwrap())
+        .find(|d| d.pod == ranks[1])
+        .unwrap();
+    assert_eq!(d.data_parallel_rank, -1);
+    assert_eq!(
+        kvroute_router_set_pod_data_parallel_rank(ptr::null_mut(), ranks[0], 0),
+        kvroute_status::NullParameter
+    );
+    kvroute_router_free(r);
+}
