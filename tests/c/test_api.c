@@ -14,10 +14,11 @@
 /* Input struct layouts are frozen (no padding before `known`). */
 _Static_assert(sizeof(kvroute_engine_timing) == 40 && offsetof(kvroute_engine_timing, known) == 32,
                "kvroute_engine_timing layout");
-/* Output structs only grow at their end: the fields that came with pod health follow the old
- * ones, whose offsets are unchanged. */
+/* Output structs only grow at their end: the fields that came with pod health (0.2.0) and
+ * data-parallel ranks (0.3.0) follow the old ones, whose offsets are unchanged. */
 _Static_assert(offsetof(kvroute_decision, imbalance) == 52 && offsetof(kvroute_decision, excluded) == 56 &&
-                   offsetof(kvroute_decision, health_probe) == 60 && sizeof(kvroute_decision) == 64,
+                   offsetof(kvroute_decision, health_probe) == 60 &&
+                   offsetof(kvroute_decision, data_parallel_rank) == 64 && sizeof(kvroute_decision) == 72,
                "kvroute_decision layout");
 _Static_assert(offsetof(kvroute_pod_info, ready) == 20 && offsetof(kvroute_pod_info, ejected) == 21 &&
                    offsetof(kvroute_pod_info, ejected_until_ms) == 24 &&
