@@ -262,6 +262,14 @@ struct ServeArgs {
     /// too).
     #[arg(long, value_name = "LAYOUT", value_parser = ["positional", "map", "map-batch"])]
     kv_events_layout: Option<String>,
+    /// Engines ("ranks") behind the one port, as vLLM's --data-parallel-size (1–64): a request
+    /// goes to the rank its X-data-parallel-rank header names, else to the least loaded one;
+    /// /metrics labels each rank's series engine="R"; with KV events rank R publishes on the
+    /// endpoints' port + R (port 0: a free port each) and prints its own `kv-events on ...
+    /// rank R` line.
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(serve::MAX_DATA_PARALLEL_SIZE)))]
+    data_parallel_size: u32,
     #[command(flatten)]
     tokenizer: TokenizerArgs,
     #[command(flatten)]
@@ -421,6 +429,7 @@ fn serve_cmd(a: ServeArgs) -> ExitCode {
         fault,
         max_body_bytes: a.max_body_bytes,
         prompts,
+        data_parallel_size: a.data_parallel_size,
     };
     match rt.block_on(serve::run(cfg, kv_events)) {
         Ok(()) => ExitCode::SUCCESS,

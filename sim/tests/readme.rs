@@ -143,6 +143,9 @@ fn options(sub: &str) -> BTreeMap<String, Opt> {
 mod markdown;
 #[path = "readme/serve.rs"]
 mod serve;
+// SIGTERM and wait, as the serve tests stop their servers.
+#[path = "support/serve.rs"]
+mod support;
 // The section on AIBrix's other strategies (its tests).
 #[path = "readme/strategies.rs"]
 mod strategies;

@@ -8,20 +8,20 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http_body_util::Full;
 use kvroute_sim::engine::EngineConfig;
 use kvroute_sim::replay::{self, ReplayConfig};
 use kvroute_sim::serve::{BoundServer, FaultSpec, ServeConfig, DEFAULT_MAX_BODY_BYTES};
 use kvroute_sim::workload::{ArrivalProcess, Scenario};
 use serde_json::Value;
 
-type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
-
 // `/metrics`' histograms (their tests).
 #[path = "serve/metrics.rs"]
 mod metrics;
+// The HTTP client and the child-process helpers the serve tests share.
+#[path = "support/serve.rs"]
+mod support;
+use support::{client, get, post, send, serve_in_background, stop, HttpClient};
 
 async fn start(name: &str, speedup: f64) -> (String, tokio::sync::oneshot::Sender<()>) {
     start_with(name, speedup, FaultSpec::default()).await
@@ -46,75 +46,12 @@ fn config(name: &str, speedup: f64, fault: FaultSpec) -> ServeConfig {
         fault,
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         prompts: Default::default(),
+        ..ServeConfig::default()
     }
 }
 
 async fn start_config(cfg: ServeConfig) -> (String, tokio::sync::oneshot::Sender<()>) {
-    let server = BoundServer::bind(cfg).await.expect("bind");
-    let url = format!("http://{}", server.local_addr());
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(async move {
-        let _ = rx.await;
-    }));
-    (url, tx)
-}
-
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build_http()
-}
-
-/// Sends a request; returns the status, the headers, the time to the response headers and the
-/// body.
-async fn send(
-    c: &HttpClient,
-    method: &str,
-    url: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: impl Into<Bytes>,
-) -> (u16, hyper::HeaderMap, Duration, String) {
-    let mut b = hyper::Request::builder()
-        .method(method)
-        .uri(format!("{url}{path}"))
-        .header("content-type", "application/json");
-    for (k, v) in headers {
-        b = b.header(*k, *v);
-    }
-    let req = b.body(Full::new(body.into())).unwrap();
-    let sent = Instant::now();
-    let resp = tokio::time::timeout(Duration::from_secs(30), c.request(req))
-        .await
-        .expect("timely")
-        .expect("response");
-    let to_headers = sent.elapsed();
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let body = tokio::time::timeout(Duration::from_secs(30), resp.into_body().collect())
-        .await
-        .expect("timely")
-        .expect("body");
-    (
-        status,
-        headers,
-        to_headers,
-        String::from_utf8_lossy(&body.to_bytes()).into_owned(),
-    )
-}
-
-async fn post(
-    c: &HttpClient,
-    url: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: &str,
-) -> (u16, hyper::HeaderMap, String) {
-    let (status, headers, _, body) = send(c, "POST", url, path, headers, body.to_owned()).await;
-    (status, headers, body)
-}
-
-async fn get(c: &HttpClient, url: &str, path: &str) -> (u16, String) {
-    let (status, _, _, body) = send(c, "GET", url, path, &[], Bytes::new()).await;
-    (status, body)
+    serve_in_background(BoundServer::bind(cfg).await.expect("bind"))
 }
 
 fn sse_payloads(body: &str) -> Vec<&str> {
@@ -371,24 +308,6 @@ fn spawn_serve(args: &[&str]) -> (Child, String) {
         "{addr}"
     );
     (child, addr)
-}
-
-/// SIGTERM, then the process must exit with success within 10 s.
-fn stop(mut child: Child) {
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            assert!(st.success(), "exit status {st:?}");
-            break;
-        }
-        assert!(Instant::now() < deadline, "did not exit after SIGTERM");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]

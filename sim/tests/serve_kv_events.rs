@@ -3,15 +3,10 @@
 //! with ports chosen at run time. Bounded: every test runs under a timeout and the engines run
 //! 100× faster than real time.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc as std_mpsc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use kvroute_kv_events::wire::{decode, encode, BlockHash, EventBatch, KvEvent, Layout};
 use kvroute_kv_events::{replay, Subscriber};
 use kvroute_sim::engine::EngineConfig;
@@ -21,7 +16,10 @@ use kvroute_sim::serve::{
 };
 use serde_json::json;
 
-type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+// The HTTP client and the child-process helpers the serve tests share.
+#[path = "support/serve.rs"]
+mod support;
+use support::{client, lines, serve_in_background, stop, HttpClient};
 
 /// Every test's time limit.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -59,11 +57,11 @@ async fn start(engine: EngineConfig, kv: KvEventsConfig) -> Server {
         fault: FaultSpec::default(),
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         prompts: PromptReader::built_in(),
+        ..ServeConfig::default()
     };
     let server = BoundServer::bind_with_kv_events(cfg, Some(kv))
         .await
         .expect("bind");
-    let url = format!("http://{}", server.local_addr());
     let endpoint = server.kv_events_endpoint().expect("publishing").to_owned();
     let replay_endpoint = server.kv_events_replay_endpoint().map(str::to_owned);
     assert!(
@@ -71,10 +69,7 @@ async fn start(engine: EngineConfig, kv: KvEventsConfig) -> Server {
         "{endpoint}"
     );
     let driver = server.driver();
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(server.serve(async move {
-        let _ = rx.await;
-    }));
+    let (url, tx) = serve_in_background(server);
     Server {
         url,
         endpoint,
@@ -84,28 +79,9 @@ async fn start(engine: EngineConfig, kv: KvEventsConfig) -> Server {
     }
 }
 
-fn client() -> HttpClient {
-    Client::builder(TokioExecutor::new()).build_http()
-}
-
 async fn post(c: &HttpClient, url: &str, path: &str, body: &str) -> (u16, String) {
-    let req = hyper::Request::builder()
-        .method("POST")
-        .uri(format!("{url}{path}"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_owned())))
-        .unwrap();
-    let resp = tokio::time::timeout(Duration::from_secs(10), c.request(req))
-        .await
-        .expect("timely")
-        .expect("response");
-    let status = resp.status().as_u16();
-    let body = tokio::time::timeout(Duration::from_secs(10), resp.into_body().collect())
-        .await
-        .expect("timely body")
-        .expect("body")
-        .to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    let (status, _, body) = support::post(c, url, path, &[], body).await;
+    (status, body)
 }
 
 /// A completion of `prompt` with 2 output tokens, to the end.
@@ -377,42 +353,6 @@ async fn every_layout_is_published_as_chosen_with_the_topic() {
 
 // ---------------------------------------------------------------------------------------------
 // The binary.
-
-/// Reads stdout lines of `child` on a thread, so that a test can wait for them with a timeout.
-fn lines(child: &mut Child) -> std_mpsc::Receiver<String> {
-    let out = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std_mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-/// SIGTERM, then the process must exit with success within 10 s.
-fn stop(mut child: Child) {
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            assert!(st.success(), "exit status {st:?}");
-            return;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("did not exit after SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// `serve ... ARGS`: its first two stdout lines (waiting at most 10 s for them), and the child.
 fn spawn_serve(args: &[&str]) -> (Child, String, String) {

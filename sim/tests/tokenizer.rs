@@ -213,6 +213,7 @@ async fn start(prompts: PromptReader) -> (String, tokio::sync::oneshot::Sender<(
         fault: FaultSpec::default(),
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         prompts,
+        ..ServeConfig::default()
     };
     let server = BoundServer::bind(cfg).await.expect("bind");
     let url = format!("http://{}", server.local_addr());

@@ -185,10 +185,15 @@ impl BlockPool {
         hashes.len()
     }
 
+    /// Whether [`BlockPool::reset`] would succeed now: no cached block is referenced.
+    pub(crate) fn can_reset(&self) -> bool {
+        self.lru.len() == self.cached.len()
+    }
+
     /// Forgets every unreferenced cached block. Returns false, changing nothing, while any
     /// cached block is referenced (as vLLM refuses to reset with requests running).
     pub(crate) fn reset(&mut self) -> bool {
-        if self.lru.len() != self.cached.len() {
+        if !self.can_reset() {
             return false;
         }
         self.cached.clear();

@@ -425,6 +425,12 @@ impl Engine {
         self.pool.drain_events(out);
     }
 
+    /// Whether [`Engine::reset_prefix_cache`] would succeed now: no request holds a cached
+    /// block.
+    pub fn can_reset_prefix_cache(&self) -> bool {
+        self.pool.can_reset()
+    }
+
     /// Forgets every cached block not held by a request; false (nothing changes) while
     /// requests hold cached blocks.
     pub fn reset_prefix_cache(&mut self) -> bool {

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, Notify};
 use tokio::time::Instant;
 
 use super::kv_publish::KvSink;
-use super::metrics::Latencies;
+use super::metrics::{EngineStats, Latencies};
 use crate::engine::{BlockEvent, Engine, EngineCounters, RequestId, SubmitError, TokenEvent};
 
 struct State {
@@ -181,16 +181,44 @@ impl Driver {
 
     /// Resets the prefix cache; false while requests hold cached blocks.
     pub fn reset_prefix_cache(&self) -> bool {
-        let mut st = self.lock();
-        let reset = st.engine.reset_prefix_cache();
-        st.flush_kv_events();
-        reset
+        Self::reset_prefix_caches(&[self])
+    }
+
+    /// Resets the prefix caches of all `drivers` at once, or none: false (nothing changes)
+    /// while a request of any of them holds cached blocks. Their locks are taken in the order
+    /// given (callers always give the ranks in rank order; nothing else holds two at once).
+    pub fn reset_prefix_caches(drivers: &[&Driver]) -> bool {
+        let mut states: Vec<MutexGuard<'_, State>> = drivers.iter().map(|d| d.lock()).collect();
+        if !states.iter().all(|st| st.engine.can_reset_prefix_cache()) {
+            return false;
+        }
+        for st in &mut states {
+            st.engine.reset_prefix_cache();
+            st.flush_kv_events();
+        }
+        true
+    }
+
+    /// The engine's queue as vLLM's data-parallel load balancer reads it: (waiting, running).
+    pub fn load(&self) -> (u32, u32) {
+        let c = self.lock().engine.counters();
+        (c.waiting, c.running)
     }
 
     /// The engine's counters and the number of requests accepted so far.
     pub fn counters(&self) -> (EngineCounters, u64) {
         let st = self.lock();
         (st.engine.counters(), st.requests_total)
+    }
+
+    /// Everything `/metrics` shows of this engine, read at one instant.
+    pub fn stats(&self) -> EngineStats {
+        let st = self.lock();
+        EngineStats {
+            counters: st.engine.counters(),
+            requests_total: st.requests_total,
+            latencies: st.latencies.clone(),
+        }
     }
 
     /// The time-to-first-token and end-to-end latency histograms, in real seconds.

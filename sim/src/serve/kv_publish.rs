@@ -12,10 +12,17 @@
 //!   their recorded order.
 //! - A publish error is reported on stderr once (the first); later batches are still tried.
 //!   Nothing here panics.
+//! - Data parallelism: each rank has its own publisher, sockets and seqs (from 0), and stamps
+//!   its batches `data_parallel_rank: R` (0 for a lone engine, as vLLM's publisher stamps its
+//!   rank). Rank R binds the configured endpoints offset as vLLM offsets them
+//!   ([`KvEventsConfig::for_rank`]), except that port 0 stays 0 (each rank a free port of its
+//!   own) where vLLM would offset it.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use kvroute_kv_events::transport::{Publisher, PublisherConfig, TransportError};
+use kvroute_kv_events::transport::{
+    offset_endpoint_port, Publisher, PublisherConfig, TransportError,
+};
 use kvroute_kv_events::wire::{BlockHash, BlockRemoved, BlockStored, EventBatch, KvEvent, Layout};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -49,6 +56,31 @@ impl KvEventsConfig {
             layout: Layout::Map,
         }
     }
+
+    /// What data-parallel rank `rank` binds: both endpoints with their port offset by `rank`
+    /// (vLLM's `offset_endpoint_port`: `tcp://*:5557` is `tcp://*:5558` for rank 1), except a
+    /// port 0, which every rank binds as 0 (each gets a free port of its own; vLLM would bind
+    /// port `rank`). Rank 0 binds the endpoints as given. An endpoint that cannot be offset
+    /// (not tcp or inproc, or past port 65535) is an error.
+    pub fn for_rank(&self, rank: u32) -> Result<KvEventsConfig, TransportError> {
+        let offset = |endpoint: &str| {
+            if port_is_zero(endpoint) {
+                Ok(endpoint.to_owned())
+            } else {
+                offset_endpoint_port(endpoint, rank)
+            }
+        };
+        Ok(KvEventsConfig {
+            endpoint: offset(&self.endpoint)?,
+            replay_endpoint: self.replay_endpoint.as_deref().map(offset).transpose()?,
+            ..self.clone()
+        })
+    }
+}
+
+/// Whether a tcp endpoint asks for port 0 (any free port).
+fn port_is_zero(endpoint: &str) -> bool {
+    endpoint.starts_with("tcp://") && endpoint.rsplit_once(':').is_some_and(|(_, p)| p == "0")
 }
 
 /// The `--kv-events-layout` values: `positional`, `map` and `map-batch` (`map_batch` too).
@@ -108,8 +140,9 @@ fn unix_seconds() -> f64 {
 /// parent is the previous one's hash) become one `BlockStored` (the first one's parent, all
 /// their tokens, `block_size`, medium `GPU`); consecutive `Removed` blocks one `BlockRemoved`
 /// (medium `GPU`); `Cleared` an `AllBlocksCleared`. The order of the events is kept. Hashes are
-/// published as ints (vLLM's default); `data_parallel_rank` is 0, as a single-rank vLLM sets it.
-pub fn to_batch(ts: f64, events: &[BlockEvent], block_size: u32) -> EventBatch {
+/// published as ints (vLLM's default); `data_parallel_rank` is `rank`, as vLLM's publisher
+/// stamps its rank (0 for a single-rank vLLM).
+pub fn to_batch(ts: f64, events: &[BlockEvent], block_size: u32, rank: u32) -> EventBatch {
     let mut out: Vec<KvEvent> = Vec::new();
     for ev in events {
         match ev {
@@ -151,7 +184,7 @@ pub fn to_batch(ts: f64, events: &[BlockEvent], block_size: u32) -> EventBatch {
         }
     }
     let mut batch = EventBatch::new(ts, out);
-    batch.data_parallel_rank = Some(0);
+    batch.data_parallel_rank = Some(rank);
     batch
 }
 
@@ -159,6 +192,7 @@ pub fn to_batch(ts: f64, events: &[BlockEvent], block_size: u32) -> EventBatch {
 /// it the sockets).
 #[derive(Debug)]
 pub struct KvPublisher {
+    rank: u32,
     endpoint: String,
     replay_endpoint: Option<String>,
     task: JoinHandle<()>,
@@ -171,12 +205,14 @@ impl Drop for KvPublisher {
 }
 
 impl KvPublisher {
-    /// Binds the sockets of `config` and starts the publishing task (inside a tokio runtime).
-    /// Returns the publisher and the sink the driver sends each step's events to; batches name
-    /// `block_size` as their blocks' size.
+    /// Binds the sockets of `config` (as given: see [`KvEventsConfig::for_rank`] for a rank's)
+    /// and starts the publishing task (inside a tokio runtime). Returns the publisher and the
+    /// sink the driver sends each step's events to; batches name `block_size` as their blocks'
+    /// size and `rank` as their `data_parallel_rank`.
     pub async fn start(
         config: &KvEventsConfig,
         block_size: u32,
+        rank: u32,
     ) -> Result<(KvPublisher, KvSink), TransportError> {
         let publisher = Publisher::bind(PublisherConfig {
             replay_endpoint: config.replay_endpoint.as_deref().map(bind_address),
@@ -187,15 +223,27 @@ impl KvPublisher {
         let endpoint = publisher.endpoint().to_owned();
         let replay_endpoint = publisher.replay_endpoint().map(str::to_owned);
         let (tx, rx) = mpsc::unbounded_channel();
-        let task = tokio::spawn(publish_steps(publisher, rx, config.layout, block_size));
+        let task = tokio::spawn(publish_steps(
+            publisher,
+            rx,
+            config.layout,
+            block_size,
+            rank,
+        ));
         Ok((
             KvPublisher {
+                rank,
                 endpoint,
                 replay_endpoint,
                 task,
             },
             KvSink { tx },
         ))
+    }
+
+    /// The data-parallel rank whose events this publishes.
+    pub fn rank(&self) -> u32 {
+        self.rank
     }
 
     /// The PUB endpoint as bound (port 0 resolved), e.g. `tcp://127.0.0.1:40123`.
@@ -215,10 +263,11 @@ async fn publish_steps(
     mut rx: mpsc::UnboundedReceiver<Drained>,
     layout: Layout,
     block_size: u32,
+    rank: u32,
 ) {
     let mut reported = false;
     while let Some(step) = rx.recv().await {
-        let batch = to_batch(step.ts, &step.events, block_size);
+        let batch = to_batch(step.ts, &step.events, block_size, rank);
         if let Err(e) = publisher.publish_batch(&batch, layout).await {
             if !reported {
                 reported = true;
@@ -258,7 +307,7 @@ mod tests {
             BlockEvent::Cleared,
             BlockEvent::Removed { hash: 9 },
         ];
-        let b = to_batch(1.5, &events, 2);
+        let b = to_batch(1.5, &events, 2, 0);
         assert_eq!(b.ts, 1.5);
         assert_eq!(b.data_parallel_rank, Some(0));
         let tags: Vec<&str> = b.events.iter().map(KvEvent::tag).collect();
@@ -290,7 +339,8 @@ mod tests {
         };
         assert_eq!(r.block_hashes, [1u64.into(), 2u64.into()]);
         assert_eq!(r.medium.as_deref(), Some("GPU"));
-        assert!(to_batch(0.0, &[], 2).events.is_empty());
+        assert!(to_batch(0.0, &[], 2, 0).events.is_empty());
+        assert_eq!(to_batch(0.0, &[], 2, 3).data_parallel_rank, Some(3));
     }
 
     #[test]
@@ -301,5 +351,21 @@ mod tests {
         assert_eq!(parse_layout("json"), None);
         assert_eq!(bind_address("tcp://*:5557"), "tcp://0.0.0.0:5557");
         assert_eq!(bind_address("tcp://127.0.0.1:0"), "tcp://127.0.0.1:0");
+    }
+
+    #[test]
+    fn ranks_offset_ports_but_port_zero() {
+        let mut kv = KvEventsConfig::new("tcp://*:5557");
+        kv.replay_endpoint = Some("tcp://127.0.0.1:0".into());
+        kv.topic = "t".into();
+        let r0 = kv.for_rank(0).unwrap();
+        assert_eq!(r0, kv);
+        let r2 = kv.for_rank(2).unwrap();
+        assert_eq!(r2.endpoint, "tcp://*:5559");
+        assert_eq!(r2.replay_endpoint.as_deref(), Some("tcp://127.0.0.1:0"));
+        assert_eq!((r2.topic.as_str(), r2.layout), ("t", kv.layout));
+        assert!(KvEventsConfig::new("tcp://*:65535").for_rank(1).is_err());
+        assert!(KvEventsConfig::new("ipc:///tmp/kv").for_rank(1).is_err());
+        assert!(port_is_zero("tcp://*:0") && !port_is_zero("tcp://*:10"));
     }
 }

@@ -93,11 +93,19 @@ impl Default for Latencies {
     }
 }
 
-/// Renders the engine's counters and the request latencies as Prometheus text, labelled
-/// `model_name`. Times are in seconds of real time: the prefill, inter-token, queue and decode
-/// times are the engine's model time divided by `speedup`; `latencies` are measured in real
-/// time. The finished-request histograms (queue time, decode time, prompt and generation
-/// tokens) count the engine's finished requests.
+/// Everything `/metrics` shows of one engine (one data-parallel rank).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineStats {
+    /// The engine's counters and gauges.
+    pub counters: EngineCounters,
+    /// Generation requests the engine accepted.
+    pub requests_total: u64,
+    /// Its requests' real-time latencies.
+    pub latencies: Latencies,
+}
+
+/// Renders one engine's counters and request latencies as Prometheus text, labelled
+/// `model_name` only (a server with one engine); see [`render_engines`].
 pub fn render(
     model: &str,
     c: &EngineCounters,
@@ -105,117 +113,135 @@ pub fn render(
     speedup: f64,
     latencies: &Latencies,
 ) -> String {
+    let one = EngineStats {
+        counters: *c,
+        requests_total,
+        latencies: latencies.clone(),
+    };
+    render_engines(model, speedup, std::slice::from_ref(&one))
+}
+
+/// Renders the engines' counters and request latencies as Prometheus text, labelled
+/// `model_name`, and, when there is more than one engine, `engine="R"` (the index in
+/// `engines`, as vLLM labels its data-parallel engines), one sample per engine under each
+/// metric's one `# HELP`/`# TYPE`. Labels are sorted by name, as Python's `prometheus_client`
+/// writes them (`{engine="1",le="0.5",model_name="m"}`). Times are in seconds of real time:
+/// the prefill, inter-token, queue and decode times are the engine's model time divided by
+/// `speedup`; `latencies` are measured in real time. The finished-request histograms (queue
+/// time, decode time, prompt and generation tokens) count the engine's finished requests.
+pub fn render_engines(model: &str, speedup: f64, engines: &[EngineStats]) -> String {
     let model = model.replace(['\\', '"', '\n'], "_");
+    let engine_labels = match engines.len() {
+        1 => vec![String::new()],
+        _ => (0..engines.len())
+            .map(|r| format!("engine=\"{r}\","))
+            .collect(),
+    };
     let mut out = Text {
         s: String::new(),
         model,
+        engines: engines.iter().zip(engine_labels).collect(),
     };
     out.metric(
         "vllm:num_requests_running",
         "gauge",
         "Number of requests in model execution batches.",
-        c.running.to_string(),
+        |e| e.counters.running.to_string(),
     );
     out.metric(
         "vllm:num_requests_waiting",
         "gauge",
         "Number of requests waiting to be processed.",
-        c.waiting.to_string(),
+        |e| e.counters.waiting.to_string(),
     );
     out.metric(
         "vllm:kv_cache_usage_perc",
         "gauge",
         "KV-cache usage. 1 means 100 percent usage.",
-        format!("{:.6}", c.kv_usage),
+        |e| format!("{:.6}", e.counters.kv_usage),
     );
     out.metric(
         "vllm:prefix_cache_queries_total",
         "counter",
         "Prefix cache queries, in terms of number of queried tokens.",
-        c.prefix_cache_queries.to_string(),
+        |e| e.counters.prefix_cache_queries.to_string(),
     );
     out.metric(
         "vllm:prefix_cache_hits_total",
         "counter",
         "Prefix cache hits, in terms of number of cached tokens.",
-        c.prefix_cache_hits.to_string(),
+        |e| e.counters.prefix_cache_hits.to_string(),
     );
     out.metric(
         "vllm:prompt_tokens_total",
         "counter",
         "Number of prefill tokens processed.",
-        c.prompt_tokens_computed.to_string(),
+        |e| e.counters.prompt_tokens_computed.to_string(),
     );
     out.metric(
         "vllm:generation_tokens_total",
         "counter",
         "Number of generation tokens processed.",
-        c.generation_tokens.to_string(),
+        |e| e.counters.generation_tokens.to_string(),
     );
     out.metric(
         "vllm:num_preemptions_total",
         "counter",
         "Cumulative number of preemptions.",
-        c.preemptions.to_string(),
+        |e| e.counters.preemptions.to_string(),
     );
     out.metric(
         "vllm:request_success_total",
         "counter",
         "Count of successfully processed requests.",
-        c.finished.to_string(),
+        |e| e.counters.finished.to_string(),
     );
     let seconds = |us: u64| us as f64 / 1e6 / speedup;
     out.histogram(
         "vllm:request_prefill_time_seconds",
         "Histogram of time spent in PREFILL phase for request.",
-        seconds(c.prefill_time_us),
-        c.prefills,
+        |c| (seconds(c.prefill_time_us), c.prefills),
     );
     out.histogram(
         "vllm:inter_token_latency_seconds",
         "Histogram of inter-token latency in seconds.",
-        seconds(c.inter_token_time_us),
-        c.inter_tokens,
+        |c| (seconds(c.inter_token_time_us), c.inter_tokens),
     );
     out.histogram(
         "vllm:request_queue_time_seconds",
         "Histogram of time spent in WAITING phase for request.",
-        seconds(c.queue_time_us),
-        c.finished,
+        |c| (seconds(c.queue_time_us), c.finished),
     );
     out.histogram(
         "vllm:request_decode_time_seconds",
         "Histogram of time spent in DECODE phase for request.",
-        seconds(c.decode_time_us),
-        c.finished,
+        |c| (seconds(c.decode_time_us), c.finished),
     );
     out.histogram(
         "vllm:request_prompt_tokens",
         "Number of prefill tokens processed.",
-        c.request_prompt_tokens as f64,
-        c.finished,
+        |c| (c.request_prompt_tokens as f64, c.finished),
     );
     out.histogram(
         "vllm:request_generation_tokens",
         "Number of generation tokens processed.",
-        c.request_generation_tokens as f64,
-        c.finished,
+        |c| (c.request_generation_tokens as f64, c.finished),
     );
     out.buckets(
         "vllm:time_to_first_token_seconds",
         "Histogram of time to first token in seconds.",
-        &latencies.ttft,
+        |l| &l.ttft,
     );
     out.buckets(
         "vllm:e2e_request_latency_seconds",
         "Histogram of e2e request latency in seconds.",
-        &latencies.e2e,
+        |l| &l.e2e,
     );
     out.metric(
         "kvroute_sim:requests_received_total",
         "counter",
         "Generation requests accepted by the fake server.",
-        requests_total.to_string(),
+        |e| e.requests_total.to_string(),
     );
     out.s
 }
@@ -232,61 +258,94 @@ pub fn render_faults(injected: &[(super::fault::FaultKind, u64)]) -> String {
     s
 }
 
-/// The text being written, and the `model_name` label value.
-struct Text {
+/// The text being written, the `model_name` label value, and each engine with the labels
+/// that sort before `le` (`engine="R",`, or nothing for a lone engine).
+struct Text<'a> {
     s: String,
     model: String,
+    engines: Vec<(&'a EngineStats, String)>,
 }
 
-impl Text {
-    fn metric(&mut self, name: &str, kind: &str, help: &str, value: String) {
-        let model = &self.model;
+impl Text<'_> {
+    fn head(&mut self, name: &str, kind: &str, help: &str) {
         let _ = writeln!(self.s, "# HELP {name} {help}");
         let _ = writeln!(self.s, "# TYPE {name} {kind}");
-        let _ = writeln!(self.s, "{name}{{model_name=\"{model}\"}} {value}");
+    }
+
+    fn metric(
+        &mut self,
+        name: &str,
+        kind: &str,
+        help: &str,
+        value: impl Fn(&EngineStats) -> String,
+    ) {
+        self.head(name, kind, help);
+        let model = &self.model;
+        for (e, engine) in &self.engines {
+            let _ = writeln!(
+                self.s,
+                "{name}{{{engine}model_name=\"{model}\"}} {}",
+                value(e)
+            );
+        }
     }
 
     /// A histogram with only the `+Inf` bucket: the engine keeps sums and counts, not
-    /// distributions.
-    fn histogram(&mut self, name: &str, help: &str, sum: f64, count: u64) {
+    /// distributions. `sum_count` gives an engine's (sum, count).
+    fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        sum_count: impl Fn(&EngineCounters) -> (f64, u64),
+    ) {
+        self.head(name, "histogram", help);
         let model = &self.model;
-        let _ = writeln!(self.s, "# HELP {name} {help}");
-        let _ = writeln!(self.s, "# TYPE {name} histogram");
-        let _ = writeln!(
-            self.s,
-            "{name}_bucket{{le=\"+Inf\",model_name=\"{model}\"}} {count}"
-        );
-        let _ = writeln!(self.s, "{name}_sum{{model_name=\"{model}\"}} {sum:.6}");
-        let _ = writeln!(self.s, "{name}_count{{model_name=\"{model}\"}} {count}");
+        for (e, engine) in &self.engines {
+            let (sum, count) = sum_count(&e.counters);
+            let _ = writeln!(
+                self.s,
+                "{name}_bucket{{{engine}le=\"+Inf\",model_name=\"{model}\"}} {count}"
+            );
+            let _ = writeln!(
+                self.s,
+                "{name}_sum{{{engine}model_name=\"{model}\"}} {sum:.6}"
+            );
+            let _ = writeln!(
+                self.s,
+                "{name}_count{{{engine}model_name=\"{model}\"}} {count}"
+            );
+        }
     }
 
     /// A histogram with all its buckets. `le` is written as Python's `prometheus_client` writes
     /// it (`0.001`, `1.0`, `2560.0`, `+Inf`), so that selectors such as `le="2.5"` match.
-    fn buckets(&mut self, name: &str, help: &str, h: &Histogram) {
+    fn buckets(&mut self, name: &str, help: &str, of: impl Fn(&Latencies) -> &Histogram) {
+        self.head(name, "histogram", help);
         let model = &self.model;
-        let _ = writeln!(self.s, "# HELP {name} {help}");
-        let _ = writeln!(self.s, "# TYPE {name} histogram");
-        for (le, n) in h.cumulative() {
-            let le = if le.is_finite() {
-                format!("{le:?}")
-            } else {
-                "+Inf".to_owned()
-            };
+        for (e, engine) in &self.engines {
+            let h = of(&e.latencies);
+            for (le, n) in h.cumulative() {
+                let le = if le.is_finite() {
+                    format!("{le:?}")
+                } else {
+                    "+Inf".to_owned()
+                };
+                let _ = writeln!(
+                    self.s,
+                    "{name}_bucket{{{engine}le=\"{le}\",model_name=\"{model}\"}} {n}"
+                );
+            }
             let _ = writeln!(
                 self.s,
-                "{name}_bucket{{le=\"{le}\",model_name=\"{model}\"}} {n}"
+                "{name}_sum{{{engine}model_name=\"{model}\"}} {:.6}",
+                h.sum()
+            );
+            let _ = writeln!(
+                self.s,
+                "{name}_count{{{engine}model_name=\"{model}\"}} {}",
+                h.count()
             );
         }
-        let _ = writeln!(
-            self.s,
-            "{name}_sum{{model_name=\"{model}\"}} {:.6}",
-            h.sum()
-        );
-        let _ = writeln!(
-            self.s,
-            "{name}_count{{model_name=\"{model}\"}} {}",
-            h.count()
-        );
     }
 }
 
@@ -354,6 +413,49 @@ mod tests {
         );
         assert!(text.contains(&format!("# TYPE {ttft} histogram\n")));
         assert!(text.contains(&format!("# TYPE {e2e} histogram\n")));
+    }
+
+    #[test]
+    fn several_engines_get_one_sample_each_labelled_engine_under_one_type_line() {
+        let engine = |running: u32, finished: u64, ttft: f64| {
+            let mut latencies = Latencies::default();
+            latencies.ttft.observe(ttft);
+            EngineStats {
+                counters: EngineCounters {
+                    running,
+                    finished,
+                    ..EngineCounters::default()
+                },
+                requests_total: finished + u64::from(running),
+                latencies,
+            }
+        };
+        let text = render_engines("m", 1.0, &[engine(2, 5, 0.3), engine(0, 1, 3.0)]);
+        for line in [
+            "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 2",
+            "vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 0",
+            "vllm:request_success_total{engine=\"0\",model_name=\"m\"} 5",
+            "vllm:request_success_total{engine=\"1\",model_name=\"m\"} 1",
+            "vllm:request_queue_time_seconds_bucket{engine=\"1\",le=\"+Inf\",model_name=\"m\"} 1",
+            "vllm:request_queue_time_seconds_count{engine=\"0\",model_name=\"m\"} 5",
+            "vllm:time_to_first_token_seconds_bucket{engine=\"0\",le=\"0.5\",model_name=\"m\"} 1",
+            "vllm:time_to_first_token_seconds_bucket{engine=\"1\",le=\"0.5\",model_name=\"m\"} 0",
+            "vllm:time_to_first_token_seconds_count{engine=\"1\",model_name=\"m\"} 1",
+            "kvroute_sim:requests_received_total{engine=\"0\",model_name=\"m\"} 7",
+            "kvroute_sim:requests_received_total{engine=\"1\",model_name=\"m\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        // Every sample is one engine's: none is unlabelled, and each TYPE line comes once.
+        let samples = text.lines().filter(|l| !l.starts_with('#'));
+        assert!(samples.clone().all(|l| l.contains("{engine=\"")), "{text}");
+        assert_eq!(
+            samples.filter(|l| l.contains("engine=\"1\"")).count() * 2,
+            text.lines().filter(|l| !l.starts_with('#')).count()
+        );
+        assert_eq!(text.matches("# TYPE vllm:num_requests_running ").count(), 1);
+        // One engine: no engine label at all.
+        assert!(!render_engines("m", 1.0, &[engine(1, 1, 1.0)]).contains("engine="));
     }
 
     #[test]

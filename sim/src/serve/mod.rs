@@ -5,6 +5,17 @@
 //! - Binds `host:port` (port 0 = a free port) and, once accepting, prints the line
 //!   `listening on HOST:PORT` to stdout (flushed); it is always the first line. Exits cleanly
 //!   on SIGTERM/SIGINT (open streams get up to 2 s to finish).
+//! - Data parallelism ([`ServeConfig::data_parallel_size`] N, 1–64, default 1;
+//!   `--data-parallel-size`), as a vLLM started with `--data-parallel-size N` behind one API
+//!   server: N engines ("ranks", each its own engine model built from the one
+//!   [`EngineConfig`]: its own KV cache, slots, queue and driver, all in (scaled) real time)
+//!   behind the one port. A generation request goes to the rank its `X-data-parallel-rank: R`
+//!   header names (any case; not an integer in `[0, N)`: an OpenAI-style 400, no engine
+//!   touched; N = 1 checks it too), else to the rank with the lowest `waiting * 4 + running`
+//!   (ties: the lowest rank), as vLLM's internal load balancer picks (see [`ranks`]). Faults,
+//!   the body limit and the prompt reader are the server's; `/reset_prefix_cache` resets every
+//!   engine or none. With N > 1 a completion's id is `cmpl-NAME-rR-ID` (`chatcmpl-` for a
+//!   chat), R the rank, ID the engine's own request number; with N = 1 `cmpl-NAME-ID`.
 //! - KV-cache events (a [`KvEventsConfig`]: `--kv-events-endpoint` and friends), as a vLLM
 //!   started with `--kv-events-config` publishes them: the ZMQ PUB socket (and the replay
 //!   ROUTER socket, if asked for) is bound before the first line is printed, and a second
@@ -13,10 +24,22 @@
 //!   that cached or evicted blocks (and each prime or successful `/reset_prefix_cache`) is
 //!   published as one msgpack `KVEventBatch` in the chosen layout: chained stored blocks as one
 //!   `BlockStored` (block size = the engine's, medium `GPU`), evicted blocks as one
-//!   `BlockRemoved`, a reset as `AllBlocksCleared`, in the engine's order; seqs count from 0
-//!   (see [`kv_publish`]). Publishing never stalls the engine; its first error is reported on
-//!   stderr. Without it no socket is opened and only the first line is printed.
-//! - Every response, errors included, carries `x-kvroute-sim-replica: NAME`.
+//!   `BlockRemoved`, a reset as `AllBlocksCleared`, in the engine's order; seqs count from 0;
+//!   `data_parallel_rank` is the rank (0 with N = 1) (see [`kv_publish`]). Publishing never
+//!   stalls the engine; its first error is reported on stderr. Without it no socket is opened
+//!   and only the first line is printed.
+//!   - With N > 1 every rank R publishes its own engine's events on its own sockets, with its
+//!     own seqs from 0: the endpoints with their port offset by R, as vLLM's
+//!     `offset_endpoint_port` does (`tcp://*:5557` → rank 1 binds `tcp://*:5558`; the replay
+//!     endpoint likewise), except that a port 0 is not offset: each rank binds a free port of
+//!     its own (vLLM would bind port R). All ranks' sockets are bound before the first line;
+//!     then one line per rank follows it, in rank order (flushed after the last): `kv-events
+//!     on ENDPOINT rank R`, or `kv-events on ENDPOINT replay REPLAY_ENDPOINT rank R`, the
+//!     endpoints as bound. With N = 1 the one line has no `rank` suffix, as above.
+//! - Every response, errors included, carries `x-kvroute-sim-replica: NAME`; every response of
+//!   a generation request given to an engine (its stream or body, or the engine's own 400 for
+//!   a prompt it refuses) also carries `x-kvroute-sim-rank: R`, the rank that served it (0
+//!   with N = 1).
 //! - `POST /v1/completions`, `POST /v1/chat/completions`: streaming (SSE, `[DONE]`, usage chunk
 //!   with `prompt_tokens_details.cached_tokens` when `stream_options.include_usage`) and
 //!   non-streaming. The fake model always generates exactly `max_tokens` tokens. A model name
@@ -41,20 +64,30 @@
 //!     response headers.
 //! - `GET /v1/models`, `GET /health`, `GET /metrics` (vLLM names, with the time-to-first-token
 //!   and end-to-end latency histograms in vLLM's buckets, measured in real time; plus
-//!   `kvroute_sim_faults_total{kind="status|stall|close"}`), `POST /reset_prefix_cache`
-//!   (200 `{"reset": true}`, or 409 while requests hold cached blocks).
+//!   `kvroute_sim_faults_total{kind="status|stall|close"}`, server-wide), `POST
+//!   /reset_prefix_cache` (200 `{"reset": true}`, or 409 while requests of any engine hold
+//!   cached blocks; then no engine is reset).
+//! - `/metrics` with N = 1: every engine series labelled `model_name` only (as before data
+//!   parallelism). With N > 1: one sample per engine of every `vllm:` series (and of
+//!   `kvroute_sim:requests_received_total`), labelled `engine="R"` too, as vLLM labels its
+//!   engines, labels sorted by name as `prometheus_client` writes them:
+//!   `vllm:num_requests_running{engine="1",model_name="study"} 2`,
+//!   `vllm:time_to_first_token_seconds_bucket{engine="1",le="0.5",model_name="study"} 3`.
+//!   Each engine's numbers are its own requests' only (see [`metrics::render_engines`]).
 
 mod driver;
 pub mod fault;
+mod generate;
 pub mod kv_publish;
 pub mod metrics;
 pub mod openai;
+pub mod ranks;
 
 pub use driver::{Driver, Subscription};
 pub use fault::{FaultRequest, FaultSpec};
-pub use kv_publish::KvEventsConfig;
+pub use kv_publish::{KvEventsConfig, KvPublisher};
+pub use ranks::MAX_DATA_PARALLEL_SIZE;
 
-use std::convert::Infallible;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -69,16 +102,21 @@ use axum::routing::{get, post};
 use axum::serve::{Listener, ListenerExt};
 use axum::Router as AxumRouter;
 use http_body_util::BodyExt;
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::sync::{watch, Notify};
 
 use crate::engine::{Engine, EngineConfig, EngineConfigError};
 use crate::prompt_tokens::PromptReader;
 use fault::{FaultKind, Faults, Target, Then};
-use openai::{ApiError, Endpoint, GenRequest, Prompt};
+use openai::ApiError;
 
 /// The response header naming the replica.
 pub const REPLICA_HEADER: &str = "x-kvroute-sim-replica";
+/// The response header naming the data-parallel rank (engine) that served a generation
+/// request.
+pub const RANK_HEADER: &str = "x-kvroute-sim-rank";
+/// The request header pinning a generation request to a data-parallel rank (vLLM's).
+pub const DATA_PARALLEL_RANK_HEADER: &str = "x-data-parallel-rank";
 /// The fault-injection request header.
 pub const STATUS_HEADER: &str = "x-sim-status";
 /// The default request body limit: 8 MiB (kvroute's own `max_body_bytes` default is 4 MiB, and
@@ -111,6 +149,28 @@ pub struct ServeConfig {
     /// How prompts become token ids: the built-in model, or a real tokenizer (completions
     /// encoded with special tokens, chats rendered with its chat template, as vLLM does).
     pub prompts: PromptReader,
+    /// How many engines ("ranks", 1–[`MAX_DATA_PARALLEL_SIZE`]) serve behind the port, as
+    /// vLLM's `--data-parallel-size`; see the module docs.
+    pub data_parallel_size: u32,
+}
+
+impl Default for ServeConfig {
+    /// 127.0.0.1, a free port, replica `sim`, model `study`, real time, the default engine, no
+    /// fault, the default body limit, the built-in prompt reader, one engine.
+    fn default() -> ServeConfig {
+        ServeConfig {
+            host: "127.0.0.1".into(),
+            port: 0,
+            name: "sim".into(),
+            model: "study".into(),
+            speedup: 1.0,
+            engine: EngineConfig::default(),
+            fault: FaultSpec::default(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            prompts: PromptReader::default(),
+            data_parallel_size: 1,
+        }
+    }
 }
 
 /// Why the server could not start.
@@ -128,6 +188,9 @@ pub enum ServeError {
     /// The body limit is 0.
     #[error("the body limit must be at least 1 byte")]
     BodyLimit,
+    /// The data-parallel size is 0 or above [`MAX_DATA_PARALLEL_SIZE`].
+    #[error("the data-parallel size must be between 1 and {MAX_DATA_PARALLEL_SIZE}, got {0}")]
+    DataParallelSize(u32),
     /// Binding or serving failed.
     #[error("cannot serve on {addr}: {source}")]
     Io {
@@ -147,7 +210,8 @@ pub enum ServeError {
 }
 
 struct App {
-    driver: Arc<Driver>,
+    ranks: ranks::Ranks,
+    speedup: f64,
     model: String,
     name: HeaderValue,
     faults: Faults,
@@ -159,10 +223,12 @@ struct App {
 pub struct BoundServer {
     listener: tokio::net::TcpListener,
     app: AxumRouter,
-    driver: Arc<Driver>,
+    // The engines' drivers, in rank order.
+    drivers: Vec<Arc<Driver>>,
     addr: SocketAddr,
-    // The KV-event publisher; dropping it (when serving ends) closes its sockets.
-    kv_events: Option<kv_publish::KvPublisher>,
+    // The KV-event publishers, one per rank in rank order (none without KV events); dropping
+    // them (when serving ends) closes their sockets.
+    kv_events: Vec<KvPublisher>,
 }
 
 impl BoundServer {
@@ -189,7 +255,13 @@ impl BoundServer {
         if config.max_body_bytes == 0 {
             return Err(ServeError::BodyLimit);
         }
-        let engine = Engine::new(config.engine)?;
+        let size = config.data_parallel_size;
+        if !(1..=MAX_DATA_PARALLEL_SIZE).contains(&size) {
+            return Err(ServeError::DataParallelSize(size));
+        }
+        let engines = (0..size)
+            .map(|_| Engine::new(config.engine))
+            .collect::<Result<Vec<_>, _>>()?;
         let addr = format!("{}:{}", config.host, config.port);
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
@@ -200,25 +272,21 @@ impl BoundServer {
         let local = listener
             .local_addr()
             .map_err(|source| ServeError::Io { addr, source })?;
-        let (driver, kv_events) = match kv_events {
-            None => (Driver::new(engine, config.speedup), None),
-            Some(kv) => {
-                let (publisher, sink) =
-                    kv_publish::KvPublisher::start(&kv, config.engine.block_size)
-                        .await
-                        .map_err(|source| ServeError::KvEvents {
-                            endpoint: match &kv.replay_endpoint {
-                                Some(r) => format!("{} (replay {r})", kv.endpoint),
-                                None => kv.endpoint.clone(),
-                            },
-                            source,
-                        })?;
-                let driver = Driver::with_kv_sink(engine, config.speedup, sink);
-                (driver, Some(publisher))
-            }
-        };
+        let mut drivers = Vec::with_capacity(engines.len());
+        let mut publishers = Vec::new();
+        for (rank, engine) in (0..size).zip(engines) {
+            let Some(kv) = &kv_events else {
+                drivers.push(Driver::new(engine, config.speedup));
+                continue;
+            };
+            let (publisher, sink) =
+                start_kv_events(kv, config.engine.block_size, rank, size).await?;
+            drivers.push(Driver::with_kv_sink(engine, config.speedup, sink));
+            publishers.push(publisher);
+        }
         let app = Arc::new(App {
-            driver: Arc::clone(&driver),
+            ranks: ranks::Ranks::new(drivers.clone()),
+            speedup: config.speedup,
             model: config.model,
             name,
             faults: Faults::new(config.fault),
@@ -228,9 +296,9 @@ impl BoundServer {
         Ok(BoundServer {
             listener,
             app: router(app),
-            driver,
+            drivers,
             addr: local,
-            kv_events,
+            kv_events: publishers,
         })
     }
 
@@ -239,19 +307,49 @@ impl BoundServer {
         self.addr
     }
 
-    /// The KV-event PUB endpoint as bound (port 0 resolved), when publishing.
+    /// Rank 0's KV-event PUB endpoint as bound (port 0 resolved), when publishing.
     pub fn kv_events_endpoint(&self) -> Option<&str> {
-        self.kv_events.as_ref().map(|p| p.endpoint())
+        self.kv_events.first().map(|p| p.endpoint())
     }
 
-    /// The KV-event replay ROUTER endpoint as bound, when publishing with one.
+    /// Rank 0's KV-event replay ROUTER endpoint as bound, when publishing with one.
     pub fn kv_events_replay_endpoint(&self) -> Option<&str> {
-        self.kv_events.as_ref().and_then(|p| p.replay_endpoint())
+        self.kv_events.first().and_then(|p| p.replay_endpoint())
     }
 
-    /// The engine driver (for tests and in-process use).
+    /// Every rank's KV-event publisher, in rank order (empty when not publishing).
+    pub fn kv_events_publishers(&self) -> &[KvPublisher] {
+        &self.kv_events
+    }
+
+    /// The stdout lines after `listening on ...` (see the module docs): none without KV
+    /// events, `kv-events on ENDPOINT[ replay REPLAY]` for one rank, and that with ` rank R`
+    /// appended for each of several, in rank order.
+    pub fn kv_events_lines(&self) -> Vec<String> {
+        let several = self.kv_events.len() > 1;
+        self.kv_events
+            .iter()
+            .map(|p| {
+                let mut line = format!("kv-events on {}", p.endpoint());
+                if let Some(replay) = p.replay_endpoint() {
+                    line.push_str(&format!(" replay {replay}"));
+                }
+                if several {
+                    line.push_str(&format!(" rank {}", p.rank()));
+                }
+                line
+            })
+            .collect()
+    }
+
+    /// Rank 0's engine driver (for tests and in-process use).
     pub fn driver(&self) -> Arc<Driver> {
-        Arc::clone(&self.driver)
+        Arc::clone(&self.drivers[0])
+    }
+
+    /// Every rank's engine driver, in rank order.
+    pub fn drivers(&self) -> Vec<Arc<Driver>> {
+        self.drivers.clone()
     }
 
     /// Serves until `shutdown` completes, then gives open streams up to 2 s.
@@ -259,7 +357,11 @@ impl BoundServer {
         self,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
-        let engine_task = tokio::spawn(Arc::clone(&self.driver).run());
+        let engine_tasks: Vec<_> = self
+            .drivers
+            .iter()
+            .map(|d| tokio::spawn(Arc::clone(d).run()))
+            .collect();
         // TCP_NODELAY, as vLLM's uvicorn sets it: without it, every SSE event written after a
         // small one waits for the peer's delayed ACK (up to 40 ms). A socket that refuses the
         // option is served anyway.
@@ -289,11 +391,37 @@ impl BoundServer {
         })
         .await;
         connections.abort_all();
-        engine_task.abort();
+        for task in engine_tasks {
+            task.abort();
+        }
         // Stops publishing and closes the KV-event sockets.
         drop(self.kv_events);
         Ok(())
     }
+}
+
+/// Binds rank `rank`'s KV-event sockets (of `size` ranks: see [`KvEventsConfig::for_rank`])
+/// and starts its publisher.
+async fn start_kv_events(
+    kv: &KvEventsConfig,
+    block_size: u32,
+    rank: u32,
+    size: u32,
+) -> Result<(KvPublisher, kv_publish::KvSink), ServeError> {
+    let error = |c: &KvEventsConfig, source| {
+        let mut endpoint = match &c.replay_endpoint {
+            Some(r) => format!("{} (replay {r})", c.endpoint),
+            None => c.endpoint.clone(),
+        };
+        if size > 1 {
+            endpoint.push_str(&format!(" (rank {rank})"));
+        }
+        ServeError::KvEvents { endpoint, source }
+    };
+    let cfg = kv.for_rank(rank).map_err(|source| error(kv, source))?;
+    KvPublisher::start(&cfg, block_size, rank)
+        .await
+        .map_err(|source| error(&cfg, source))
 }
 
 /// A connection's kill switch: the connection task puts one in every request's extensions;
@@ -354,17 +482,14 @@ async fn serve_connection(
     }
 }
 
-/// Binds, prints `listening on HOST:PORT` (and, when publishing KV events, `kv-events on
-/// ENDPOINT[ replay REPLAY_ENDPOINT]`), and serves until SIGTERM or SIGINT.
+/// Binds, prints `listening on HOST:PORT` (and, when publishing KV events,
+/// [`BoundServer::kv_events_lines`]), and serves until SIGTERM or SIGINT.
 pub async fn run(config: ServeConfig, kv_events: Option<KvEventsConfig>) -> Result<(), ServeError> {
     let server = BoundServer::bind_with_kv_events(config, kv_events).await?;
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "listening on {}", server.local_addr());
-    if let Some(endpoint) = server.kv_events_endpoint() {
-        let _ = match server.kv_events_replay_endpoint() {
-            Some(replay) => writeln!(out, "kv-events on {endpoint} replay {replay}"),
-            None => writeln!(out, "kv-events on {endpoint}"),
-        };
+    for line in server.kv_events_lines() {
+        let _ = writeln!(out, "{line}");
     }
     let _ = out.flush();
     drop(out);
@@ -395,8 +520,8 @@ pub async fn shutdown_signal() {
 
 fn router(app: Arc<App>) -> AxumRouter {
     AxumRouter::new()
-        .route("/v1/completions", post(completions))
-        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(generate::completions))
+        .route("/v1/chat/completions", post(generate::chat_completions))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/metrics", get(metrics_handler))
@@ -564,9 +689,7 @@ async fn models(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn metrics_handler(State(app): State<Arc<App>>) -> Response {
-    let (c, total) = app.driver.counters();
-    let latencies = app.driver.latencies();
-    let mut text = metrics::render(&app.model, &c, total, app.driver.speedup(), &latencies);
+    let mut text = metrics::render_engines(&app.model, app.speedup, &app.ranks.stats());
     text.push_str(&metrics::render_faults(&app.faults.injected()));
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
@@ -576,7 +699,7 @@ async fn metrics_handler(State(app): State<Arc<App>>) -> Response {
 }
 
 async fn reset_prefix_cache(State(app): State<Arc<App>>) -> Response {
-    if app.driver.reset_prefix_cache() {
+    if app.ranks.reset_prefix_cache() {
         axum::Json(json!({ "reset": true })).into_response()
     } else {
         error_response(&ApiError {
@@ -586,157 +709,9 @@ async fn reset_prefix_cache(State(app): State<Arc<App>>) -> Response {
     }
 }
 
-async fn completions(State(app): State<Arc<App>>, req: Request) -> Response {
-    match read_body(req.into_body(), app.max_body_bytes).await {
-        Ok(body) => generate(app, Endpoint::Completions, &body).await,
-        Err(e) => error_response(&e),
-    }
-}
-
-async fn chat_completions(State(app): State<Arc<App>>, req: Request) -> Response {
-    match read_body(req.into_body(), app.max_body_bytes).await {
-        Ok(body) => generate(app, Endpoint::Chat, &body).await,
-        Err(e) => error_response(&e),
-    }
-}
-
 fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-async fn generate(app: Arc<App>, endpoint: Endpoint, body: &[u8]) -> Response {
-    let req = match openai::parse(endpoint, body) {
-        Ok(r) => r,
-        Err(e) => return error_response(&e),
-    };
-    if req.model != app.model {
-        return error_response(&ApiError {
-            status: 404,
-            message: format!("The model `{}` does not exist.", req.model),
-        });
-    }
-    let tokens = match &req.prompt {
-        Prompt::Text(t) => app.prompts.completion(t),
-        Prompt::Tokens(ids) => Ok(ids.clone()),
-        Prompt::Chat { messages, rendered } => app.prompts.chat(messages, rendered),
-    };
-    // vLLM answers a chat its template refuses (a bad role, roles not alternating, ...) with a
-    // 400 that carries the template's message.
-    let tokens = match tokens {
-        Ok(t) => t,
-        Err(e) => return error_response(&ApiError::bad_request(e.to_string())),
-    };
-    let sub = match app.driver.submit(&tokens, req.max_tokens) {
-        Ok(s) => s,
-        Err(e) => return error_response(&ApiError::bad_request(e.to_string())),
-    };
-    // The prompt is the engine's now; the response (which clones the request per streamed
-    // chunk) does not need it.
-    let req = GenRequest {
-        prompt: Prompt::Tokens(Vec::new()),
-        ..req
-    };
-    let prefix = if endpoint == Endpoint::Chat {
-        "chatcmpl"
-    } else {
-        "cmpl"
-    };
-    let id = format!("{prefix}-{}-{}", app.name.to_str().unwrap_or("sim"), sub.id);
-    if req.stream {
-        stream_response(req, sub, id)
-    } else {
-        whole_response(req, sub, id).await
-    }
-}
-
-async fn whole_response(req: GenRequest, mut sub: Subscription, id: String) -> Response {
-    let mut text = String::new();
-    let mut last = None;
-    while let Some(ev) = sub.next().await {
-        text.push_str(openai::token_text(ev.generated));
-        last = Some(ev);
-    }
-    let Some(ev) = last.filter(|e| e.finished) else {
-        return error_response(&ApiError {
-            status: 500,
-            message: "the engine stopped before the request finished".into(),
-        });
-    };
-    let usage = openai::usage(ev.prompt_tokens, ev.generated, ev.cached_tokens);
-    axum::Json(openai::full_response(
-        req.endpoint,
-        &id,
-        unix_now(),
-        &req.model,
-        &text,
-        usage,
-    ))
-    .into_response()
-}
-
-fn sse(v: &Value) -> Result<Bytes, Infallible> {
-    Ok(Bytes::from(format!("data: {v}\n\n")))
-}
-
-fn stream_response(req: GenRequest, sub: Subscription, id: String) -> Response {
-    let created = unix_now();
-    let state = (sub, false);
-    let stream = futures_util::stream::unfold(state, move |(mut sub, done)| {
-        let (req, id) = (req.clone(), id.clone());
-        async move {
-            if done {
-                return None;
-            }
-            match sub.next().await {
-                Some(ev) => {
-                    let mut out = String::new();
-                    let finish = ev.finished.then_some("length");
-                    let c = openai::chunk(
-                        req.endpoint,
-                        &id,
-                        created,
-                        &req.model,
-                        openai::token_text(ev.generated),
-                        ev.generated == 1,
-                        finish,
-                    );
-                    out.push_str(&format!("data: {c}\n\n"));
-                    if ev.finished {
-                        if req.include_usage {
-                            let u = openai::usage(ev.prompt_tokens, ev.generated, ev.cached_tokens);
-                            out.push_str(&format!(
-                                "data: {}\n\n",
-                                openai::usage_chunk(req.endpoint, &id, created, &req.model, u)
-                            ));
-                        }
-                        out.push_str("data: [DONE]\n\n");
-                    }
-                    Some((
-                        Ok::<Bytes, Infallible>(Bytes::from(out)),
-                        (sub, ev.finished),
-                    ))
-                }
-                None => {
-                    let e = ApiError {
-                        status: 500,
-                        message: "the engine stopped".into(),
-                    };
-                    Some((sse(&e.body()), (sub, true)))
-                }
-            }
-        }
-    });
-    Response::builder()
-        .header("content-type", "text/event-stream")
-        .header("cache-control", "no-cache")
-        .body(Body::from_stream(stream))
-        .unwrap_or_else(|_| {
-            error_response(&ApiError {
-                status: 500,
-                message: "response build failed".into(),
-            })
-        })
 }

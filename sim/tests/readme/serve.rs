@@ -134,21 +134,5 @@ pub fn check_serve(args: &[String], block: &[String]) {
         assert_eq!(http(&addr, "GET", "/health", None).0, 200);
     }
 
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            assert!(st.success(), "serve exited with {st:?} after SIGTERM");
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("serve did not stop within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    super::support::stop(child);
 }
