@@ -34,6 +34,8 @@ test-e2e: $(ENVOY_BIN)
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test admission -- --ignored
 	# Two kvroute-ext-proc replicas behind one Envoy, fed by the same engines' KV events.
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test kv_events_envoy -- --ignored --exact two_router_replicas_share_the_engines_view
+	# A data-parallel server (two engines behind one address): routed engine by engine.
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test data_parallel -- --ignored
 	# The READMEs' commands as written: ext-proc Quick start, envoy/README.md, make demo's script at its end and on Ctrl-C (a few seconds).
 	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test readme_commands -- --ignored --test-threads 2
 	# Fleet faults, one at a time (they count requests and time readmissions; about 20 s).

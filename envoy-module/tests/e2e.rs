@@ -316,6 +316,81 @@ fn in_flight_returns_to_zero_after_every_outcome() {
     );
 }
 
+/// A data-parallel server (`kvroute-sim serve --data-parallel-size 2`: two engines behind one
+/// address) as one pod with `data_parallel_size = 2`: the module routes to engines, and the
+/// `x-data-parallel-rank` header it sets upstream brings each request to the engine it chose.
+#[test]
+#[ignore = "needs Envoy; run by `make test-e2e`"]
+fn a_data_parallel_server_is_routed_engine_by_engine() {
+    let dir = TempDir::new("module-dp");
+    let server = Sim::start_args(&dir, "dp", 5.0, 0, &["--data-parallel-size", "2"]);
+    let config = dir.path("kvroute.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[listen]\nadmin = \"127.0.0.1:0\"\n[routing]\nseed = 1\n\
+             [models.study]\npods = [{{ name = \"dp\", address = \"{}\", data_parallel_size = 2 }}]\n",
+            server.addr
+        ),
+    )
+    .unwrap();
+    let envoy = start_envoy(&dir, &module_yaml(&config, false));
+    let admin = module_admin(&dir);
+    let metrics = || http(&admin, "GET", "/metrics", &[], b"").text();
+    let post = |headers: &[(&str, &str)], body: &[u8]| {
+        let r = http(&envoy.listen, "POST", "/v1/completions", headers, body);
+        assert_eq!(r.status, 200, "{}", r.text());
+        let pod = r.header("target-pod").unwrap_or_default().to_owned();
+        let rank = r.header("x-kvroute-sim-rank").unwrap_or_default();
+        assert_eq!(
+            pod,
+            format!("dp/dp{rank}"),
+            "served by another engine than chosen"
+        );
+        assert_eq!(r.header("target-pod-ip"), Some(server.addr.as_str()));
+        pod
+    };
+    // Each family stays on the engine its first request went to.
+    let mut first = std::collections::BTreeMap::new();
+    for q in 0..6 {
+        let family = ["family-a", "family-b"][q % 2];
+        let pod = post(
+            &[],
+            &completion("study", &prompt(family, q as u32, 8_000), 2, false),
+        );
+        assert_eq!(
+            *first.entry(family).or_insert_with(|| pod.clone()),
+            pod,
+            "{family} moved"
+        );
+    }
+    // With one engine busy, least-request picks the other: both engines are reached.
+    let listen = envoy.listen.clone();
+    let long = completion("study", &prompt("long", 1, 2_000), 400, true);
+    let held = std::thread::spawn(move || http(&listen, "POST", "/v1/completions", &[], &long));
+    let busy = wait_for(Duration::from_secs(5), || {
+        let m = metrics();
+        ["dp/dp0", "dp/dp1"]
+            .into_iter()
+            .find(|p| metric_sum(&m, &format!("kvroute_pod_in_flight{{pod=\"{p}\"")) == 1)
+    })
+    .expect("the stream is counted on one engine");
+    let other = post(
+        &[("routing-strategy", "least-request")],
+        &completion("study", "hi", 2, false),
+    );
+    assert_ne!(other, busy);
+    let held = held.join().unwrap();
+    assert_eq!(
+        held.header("x-kvroute-sim-rank"),
+        busy.strip_prefix("dp/dp")
+    );
+    wait_for(Duration::from_secs(5), || {
+        (metric_sum(&metrics(), "kvroute_pod_in_flight{") == 0).then_some(())
+    })
+    .expect("in-flight back to 0");
+}
+
 /// The rendered template validates with the module loaded; a configuration the module cannot
 /// load is refused by Envoy at start, with kvroute's reason in Envoy's log.
 #[test]

@@ -121,14 +121,23 @@ fn route_common(to: &RouteTo<'_>) -> CommonResponse {
     }
 }
 
-fn lb_metadata(address: &str) -> Struct {
+/// `envoy.lb` metadata: `x-gateway-destination-endpoint` (GIE's key, which the ORIGINAL_DST
+/// cluster reads), and for an engine of a data-parallel server `x-data-parallel-rank` (the
+/// shipped route adds it as a request header when the request-headers phase is skipped).
+fn lb_metadata(to: &RouteTo<'_>) -> Struct {
+    let text = |s: String| Value {
+        kind: Some(Kind::StringValue(s)),
+    };
     let mut inner = Struct::default();
-    inner.fields.insert(
-        DESTINATION_HEADER.to_owned(),
-        Value {
-            kind: Some(Kind::StringValue(address.to_owned())),
-        },
-    );
+    inner
+        .fields
+        .insert(DESTINATION_HEADER.to_owned(), text(to.address.to_owned()));
+    if let Some(rank) = to.data_parallel_rank {
+        inner.fields.insert(
+            crate::data_parallel::RANK_HEADER.to_owned(),
+            text(rank.to_string()),
+        );
+    }
     let mut outer = Struct::default();
     outer.fields.insert(
         LB_NAMESPACE.to_owned(),
@@ -145,7 +154,7 @@ pub fn route_in_headers(to: &RouteTo<'_>) -> ProcessingResponse {
         response: Some(Response::RequestHeaders(HeadersResponse {
             response: Some(route_common(to)),
         })),
-        dynamic_metadata: Some(lb_metadata(to.address)),
+        dynamic_metadata: Some(lb_metadata(to)),
         ..Default::default()
     }
 }
@@ -157,7 +166,7 @@ pub fn route_in_body(to: &RouteTo<'_>) -> ProcessingResponse {
         response: Some(Response::RequestBody(BodyResponse {
             response: Some(route_common(to)),
         })),
-        dynamic_metadata: Some(lb_metadata(to.address)),
+        dynamic_metadata: Some(lb_metadata(to)),
         ..Default::default()
     }
 }
@@ -534,6 +543,15 @@ mod tests {
             strategy: "least-ttft",
             data_parallel_rank: Some(3),
         };
+        let Some(Kind::StructValue(lb)) =
+            &route_in_body(&to).dynamic_metadata.unwrap().fields[LB_NAMESPACE].kind
+        else {
+            panic!("no envoy.lb")
+        };
+        assert_eq!(
+            lb.fields["x-data-parallel-rank"].kind,
+            Some(Kind::StringValue("3".into()))
+        );
         let headers: Vec<(&str, String)> = to
             .upstream_headers()
             .map(|(n, v)| (n, v.into_owned()))

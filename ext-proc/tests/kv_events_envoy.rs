@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::kv_events::{tokenizer_fixture, PublishingSim};
+use support::kv_events::{expect_engine_match, tokenizer_fixture, PublishingSim};
 use support::*;
 
 fn config(dir: &TempDir, sims: &[&PublishingSim]) -> std::path::PathBuf {
@@ -143,23 +143,7 @@ fn two_router_replicas_share_the_engines_view() {
     for q in 1..=8 {
         let family = if q % 2 == 0 { "family-a" } else { "family-b" };
         let want = if q % 2 == 0 { "replica-a" } else { "replica-b" };
-        let r = http(
-            &envoy.listen,
-            "POST",
-            "/v1/completions",
-            &[],
-            &completion("study", &prompt(family, q, long), 2, false),
-        );
-        assert_eq!(r.status, 200, "{}", r.text());
-        let why = r
-            .header("x-kvroute-decision")
-            .unwrap_or_default()
-            .to_owned();
-        assert_eq!(r.header("target-pod"), Some(want), "{family} q{q}: {why}");
-        assert!(
-            why.contains("view=engine") && why.contains("reason=prefix_match"),
-            "{why}"
-        );
+        expect_engine_match(&envoy.listen, family, q, long, want);
     }
     // Both router replicas took requests, and both end with the same views.
     for e in &exts {

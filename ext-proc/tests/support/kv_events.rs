@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{sim_bin, spawn_and_collect, Sim, TempDir};
+use super::{completion, http, prompt, sim_bin, spawn_and_collect, Resp, Sim, TempDir};
 
 /// A `kvroute-sim serve` replica publishing KV events (with a replay socket), tokenizing with
 /// the fixture tokenizer as kvroute does.
@@ -58,4 +58,24 @@ pub fn tokenizer_fixture() -> PathBuf {
         .join("../tests/tokenizer")
         .canonicalize()
         .unwrap()
+}
+
+/// POSTs question `q` of `family` (a `len`-byte prompt) to `listen` and checks that it was
+/// routed to `want` on its engine view's prefix match; the response.
+pub fn expect_engine_match(listen: &str, family: &str, q: u32, len: usize, want: &str) -> Resp {
+    let r = http(
+        listen,
+        "POST",
+        "/v1/completions",
+        &[],
+        &completion("study", &prompt(family, q, len), 2, false),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let why = r.header("x-kvroute-decision").unwrap_or_default();
+    assert_eq!(r.header("target-pod"), Some(want), "{family} q{q}: {why}");
+    assert!(
+        why.contains("view=engine") && why.contains("reason=prefix_match"),
+        "{why}"
+    );
+    r
 }
