@@ -92,11 +92,11 @@ fn the_eviction_phase_evicts_and_the_views_follow_the_engines() {
 
 /// Where requests reach their engines about when they are routed (the eviction phase at half
 /// the study's rate: the engines still evict, without the KV-starved queues), the predictions
-/// with events are closer to what the engines served than the index's request by request, and
-/// from the views alone in total too. With the core's default 30 s pending window (a prompt
-/// sent to a pod that recently counts as cached there) the totals need not be: the window
-/// also counts prompts sent to a pod whose engine has evicted them since (random: 1.09–1.12
-/// against the index's 1.07–1.08; sim/README.md, "Predicted and actual cached tokens").
+/// with events, at the core's defaults, are within 5% of what the engines served, in total
+/// and request by request (issue #21's bar; measured 1.000–1.015 and at most 0.015), and
+/// closer than the index's, which is 16–29% off request by request (sim/README.md,
+/// "Predicted and actual cached tokens"). From the views alone (no pending window) the totals
+/// are closer than the index's too.
 #[test]
 fn with_events_predicted_cached_tokens_are_closer_to_actual() {
     let half_rate = |engine_view_pending_ms| StudyConfig {
@@ -131,6 +131,11 @@ fn with_events_predicted_cached_tokens_are_closer_to_actual() {
             "{round} {strategy:?}: index {:?} events {:?} view alone {:?}",
             index.cache, events.cache, view.cache
         );
+        assert!(
+            off(&events.cache) <= 0.05 && events.cache.error_share().unwrap() <= 0.05,
+            "{ctx}"
+        );
+        assert!(index.cache.error_share().unwrap() > 0.10, "{ctx}");
         assert!(
             events.cache.error_share() < index.cache.error_share(),
             "{ctx}"

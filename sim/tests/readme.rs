@@ -799,7 +799,7 @@ fn the_numbers_the_prose_quotes_from_study_flags_are_current() {
 }
 
 /// The section on predicted and actual cached tokens: its cached-tokens tables are printed, each
-/// by one of the two runs it names, and its skewed4 table's "TTFT P95 / SLO" cells are those
+/// by one of the four runs it names (index and events, at the study's rate and at half), and its skewed4 table's "TTFT P95 / SLO" cells are those
 /// runs' study rows.
 #[test]
 fn the_cached_tokens_tables_are_what_study_prints() {
@@ -824,7 +824,14 @@ fn the_cached_tokens_tables_are_what_study_prints() {
                 .collect::<Vec<_>>(),
         )
     };
+    assert!(prose.contains(&format!(
+        "`kvroute-sim study {base} --router-blocks tokens --rate 0.8`"
+    )));
     let (index, events) = (run("--router-blocks tokens"), run("--kv-events"));
+    let half = [
+        run("--router-blocks tokens --rate 0.8"),
+        run("--kv-events --rate 0.8"),
+    ];
     let printed = |out: &str, row: &str| out.lines().any(|l| l == row);
     let mut tables = 0;
     for table in section.lines.split(|l| !l.starts_with('|')) {
@@ -837,12 +844,14 @@ fn the_cached_tokens_tables_are_what_study_prints() {
         }
         tables += 1;
         assert!(
-            rows.iter().all(|r| printed(&index, r)) || rows.iter().all(|r| printed(&events, r)),
+            [&index, &events, &half[0], &half[1]]
+                .iter()
+                .any(|out| rows.iter().all(|r| printed(out, r))),
             "a table of rows not all printed by one run:\n{}\n--- index:\n{index}\n--- events:\n{events}",
             table.join("\n")
         );
     }
-    assert_eq!(tables, 2);
+    assert_eq!(tables, 4);
     let rows = table_rows(&md, "| skewed4 / round |");
     assert_eq!(rows.len(), 4);
     for row in rows {
