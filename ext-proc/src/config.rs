@@ -30,7 +30,7 @@ pub const DEFAULT_SCRAPE_INTERVAL: Duration = Duration::from_millis(1000);
 /// Default time one scrape may take.
 pub const DEFAULT_SCRAPE_TIMEOUT: Duration = Duration::from_millis(500);
 /// Default `[stream_timing] max_streams`.
-pub const DEFAULT_MAX_TIMED_STREAMS: usize = 4;
+pub const DEFAULT_MAX_TIMED_STREAMS: usize = kvroute_core::Prediction::DEFAULT_TIMED_STREAMS;
 
 /// Why a configuration was rejected. On reload the old configuration stays in force.
 #[derive(Debug, thiserror::Error)]

@@ -188,6 +188,11 @@ pub struct Prediction {
 }
 
 impl Prediction {
+    /// How many responses a shell that times few at once should time by default (the `max`
+    /// of [`Prediction::timing_budget`]; kvroute-ext-proc's `[stream_timing] max_streams`):
+    /// enough to keep learning under load while the timed streams' cost stays small.
+    pub const DEFAULT_TIMED_STREAMS: usize = 4;
+
     /// Whether the request is predicted to start prefilling at once with at least
     /// `engine_block_tokens` not cached: a request whose first token measures the pod's prefill
     /// rate. A shell that can time only a few responses (kvroute-ext-proc) times these first.

@@ -73,8 +73,8 @@ pub enum Feedback {
 }
 
 /// `kvroute-ext-proc`'s default `[stream_timing] max_streams`: how many responses it times at
-/// once ([`Feedback::Envoy`]).
-pub const ENVOY_TIMED_STREAMS: usize = 4;
+/// once ([`Feedback::Envoy`]), the core's default for such shells.
+pub const ENVOY_TIMED_STREAMS: usize = kvroute_core::Prediction::DEFAULT_TIMED_STREAMS;
 
 impl Feedback {
     /// Parses `streaming`, `envoy` or `total-only`.
