@@ -32,7 +32,7 @@ its own name and ext_proc cluster; rr is the same listener without the ext_proc 
 disabled buffer filter still on at the fallback route), stream that without the buffer filter and
 the fallback route's setting for it, buf stream with the buffer filter on for all routes. mod is
 envoy/envoy.module.template.yaml's listener rendered by `kvroute-ext-proc envoy-module-config`
-(the dynamic_modules filter, its deciding routes; filter_config the TOML's path) under its own
+(the dynamic_modules filter and its routes; filter_config the TOML's path) under its own
 name, routing to that template's ORIGINAL_DST cluster as "mod_pods"; Envoy then runs with
 ENVOY_DYNAMIC_MODULES_SEARCH_PATH=<the release directory> and KVROUTE_LOG=warn (plus the module's
 start-up line, which names its kvroute admin listener). One Envoy rather than two: phases run

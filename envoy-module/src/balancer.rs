@@ -10,9 +10,11 @@
 //!   pod: kvroute does not pick it).
 //! - **Choice**: the filter has already decided; it named the pod in the request's
 //!   `x-gateway-destination-endpoint` header. The balancer answers that host's index among
-//!   Envoy's healthy hosts. When the header is missing, or names a host Envoy no longer counts
-//!   healthy (kvroute has not seen the update yet), it answers the next healthy host in turn,
-//!   as round robin would; with no healthy host, none (Envoy's 503 `no_healthy_upstream`).
+//!   Envoy's healthy hosts. When the header names a host Envoy no longer counts healthy
+//!   (kvroute has not seen the update yet), it answers the next healthy host in turn, as round
+//!   robin would; with no healthy host, or no header (the filter did not decide: the routed
+//!   route takes every request of the routed paths), none (Envoy's 503
+//!   `no_healthy_upstream`), never a pod kvroute did not choose.
 //!   The in-flight ticket stays with the filter, released exactly once at the stream's end.
 
 use std::collections::HashMap;
@@ -100,9 +102,9 @@ impl Balancer {
 
     /// The host for a request whose `x-gateway-destination-endpoint` is `destination`.
     pub fn choose(&mut self, destination: Option<&[u8]>) -> Option<(u32, u32)> {
-        let named = destination
-            .and_then(|d| std::str::from_utf8(d).ok())
-            .and_then(|d| self.by_address.get(d.trim()).copied());
+        // No decision: none (the route goes to this cluster whatever the filter did).
+        let destination = std::str::from_utf8(destination?).ok()?.trim();
+        let named = self.by_address.get(destination).copied();
         if named.is_some() {
             return named;
         }
@@ -153,10 +155,14 @@ mod tests {
         ]));
         assert_eq!(b.choose(Some(b"10.0.0.1:80")), Some((0, 0)));
         assert_eq!(b.choose(Some(b"10.0.0.3:80")), Some((1, 0)));
-        // Unhealthy, unknown or missing: the healthy hosts in turn.
+        // Unhealthy or unknown (kvroute has not seen Envoy's update yet): the healthy hosts
+        // in turn.
         assert_eq!(b.choose(Some(b"10.0.0.2:80")), Some((0, 0)));
-        assert_eq!(b.choose(None), Some((1, 0)));
-        assert_eq!(b.choose(Some(b"\xff")), Some((0, 0)));
+        assert_eq!(b.choose(Some(b"10.0.0.9:80")), Some((1, 0)));
+        // No decision (no header, or not one the filter writes): no host, Envoy's 503, never
+        // a pod kvroute did not choose.
+        assert_eq!(b.choose(None), None);
+        assert_eq!(b.choose(Some(b"\xff")), None);
         // What was published: every host with its health.
         let published = crate::fleet::latest("balancer-test").unwrap();
         assert_eq!(published.len(), 3);
@@ -164,7 +170,11 @@ mod tests {
             .iter()
             .any(|h| h.address == "10.0.0.2:80" && !h.healthy));
         b.on_membership_update(&Fake(vec![vec![host("10.0.0.1:80", false)]]));
-        assert_eq!(b.choose(None), None, "no healthy host: Envoy's 503");
+        assert_eq!(
+            b.choose(Some(b"10.0.0.1:80")),
+            None,
+            "no healthy host: Envoy's 503"
+        );
     }
 
     #[test]

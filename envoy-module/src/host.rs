@@ -15,9 +15,11 @@ pub trait StreamHost {
     fn request_body_len(&self) -> usize;
     /// Sends the request to `address` (`ip:port`): sets the dynamic metadata
     /// `envoy.lb/x-gateway-destination-endpoint` (the shipped `ORIGINAL_DST` cluster's key, as
-    /// with ext_proc) and clears the cached route so that the routes matching on the metadata
-    /// apply. (Envoy's `set_upstream_override_host` is not used: an `ORIGINAL_DST` cluster
-    /// answers 503 for an address it has not created yet, measured on Envoy 1.40.)
+    /// with ext_proc), read when Envoy picks the upstream host. The route is not matched again:
+    /// the shipped routes send the routed paths to the pods' cluster whatever the filter did
+    /// (clearing the route cache cost about 14 µs of Envoy's CPU per request at c=32).
+    /// (Envoy's `set_upstream_override_host` is not used: an `ORIGINAL_DST` cluster answers 503
+    /// for an address it has not created yet, measured on Envoy 1.40.)
     fn set_destination(&mut self, address: &str) -> bool;
     /// The first value of response header `name`, if present.
     fn response_header(&self, name: &str) -> Option<Vec<u8>>;

@@ -210,7 +210,6 @@ impl StreamHost for EnvoyStream {
                 module_buffer(key),
                 module_buffer(address.as_bytes()),
             );
-            sys::envoy_dynamic_module_callback_http_clear_route_cache(self.envoy);
         }
         true
     }

@@ -556,10 +556,6 @@ unsafe extern "C" {
         strict: bool,
     ) -> bool;
 
-    /// Clears the route cache so the route is matched again (after changing headers it matches
-    /// on). A no-op outside the request phase.
-    pub fn envoy_dynamic_module_callback_http_clear_route_cache(filter_envoy: HttpFilterEnvoyPtr);
-
     /// Reads string attribute `attribute_id` into `*result` (owned by Envoy, valid until the
     /// current hook returns). False when it is unavailable (yet) or not a string.
     pub fn envoy_dynamic_module_callback_http_filter_get_attribute_string(
