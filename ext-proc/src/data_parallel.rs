@@ -4,11 +4,12 @@
 //! prefix's requests over ranks that do not share a cache. kvroute routes to the rank instead.
 //!
 //! ## Contract
-//! - A static pod with `data_parallel_size = N` (N > 1) is N pods of the router, named
-//!   `NAME/dp0` … `NAME/dp{N-1}` ([`rank_name`]) at the pod's address, each with its own
-//!   in-flight count, prefix index entries, TTFT model and KV-event view
-//!   ([`kvroute_core::Router::set_pod_data_parallel_rank`]). `1` (the default) is the pod as
-//!   before.
+//! - A static pod with `data_parallel_size = N` (N > 1), or a discovered pod labelled
+//!   `kvroute.io/data-parallel-size: "N"` ([`crate::discovery::pods::DATA_PARALLEL_LABEL`]),
+//!   is N pods of the router, named `NAME/dp0` … `NAME/dp{N-1}` ([`rank_name`]) at the pod's
+//!   address, each with its own in-flight count, prefix index entries, TTFT model and
+//!   KV-event view ([`kvroute_core::Router::set_pod_data_parallel_rank`]). `1` (the default)
+//!   is the pod as before.
 //! - A request routed to a rank carries [`RANK_HEADER`] upstream (vLLM's
 //!   `X-data-parallel-rank`: the API server hands the request to that engine); `target-pod`
 //!   and the decision name the rank's pod.
@@ -16,8 +17,7 @@
 //!   labelled `engine="R"` (vLLM labels each engine's series so) ([`crate::scrape`]).
 //! - KV events: rank R's publisher is the pod's endpoint with its port offset by R, and so
 //!   is its replay endpoint ([`offset_port`], vLLM's `offset_endpoint_port`).
-//! - Data-parallel sizes are read from static pods only: discovered pods (Kubernetes, Envoy
-//!   hosts) are whole servers.
+//! - Envoy's hosts (`[discovery] source = "envoy"`) are whole servers.
 
 use std::collections::BTreeMap;
 

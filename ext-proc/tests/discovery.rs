@@ -324,6 +324,44 @@ fn an_added_pod_is_routable_within_a_second() {
 }
 
 #[test]
+fn a_labelled_data_parallel_pod_is_routed_engine_by_engine() {
+    let api = FakeApi::start();
+    let kv = Kv::start(&api, "data-parallel", AIBRIX);
+    kv.wait("/readyz 200", || kv.readyz() == 200);
+    let dp =
+        VllmPod::aibrix("vllm-0", "llama", "10.0.0.1").label("kvroute.io/data-parallel-size", "2");
+    api.add_pod(&dp);
+    kv.wait_pods("llama", 1, 0);
+    let mut grpc = Grpc::connect(&kv.ext.grpc);
+    let routed = |kv: &Kv, pod: &str| {
+        metric_sum(
+            &kv.metrics(),
+            &format!("kvroute_pod_routed_total{{pod=\"{pod}\",address=\"10.0.0.1:8000\"}}"),
+        )
+    };
+    // Random over the two engines of the one pod, both at its address.
+    assert_eq!(grpc.spread(&["llama"], 40).get("10.0.0.1:8000"), Some(&40));
+    let (a, b) = (
+        routed(&kv, "default/vllm-0/dp0"),
+        routed(&kv, "default/vllm-0/dp1"),
+    );
+    assert!(
+        a > 0 && b > 0 && a + b == 40,
+        "{a} + {b}:\n{}",
+        kv.metrics()
+    );
+    // The label gone: one engine again, under the pod's own name.
+    api.modify_pod(&VllmPod::aibrix("vllm-0", "llama", "10.0.0.1"));
+    kv.wait("the engines replaced by the pod", || {
+        let m = kv.metrics();
+        m.contains("kvroute_pod_in_flight{pod=\"default/vllm-0\"")
+            && !m.contains("kvroute_pod_in_flight{pod=\"default/vllm-0/dp")
+    });
+    grpc.spread(&["llama"], 4);
+    assert_eq!(routed(&kv, "default/vllm-0"), 4);
+}
+
+#[test]
 fn an_unready_or_terminating_pod_gets_no_new_request() {
     let api = FakeApi::start();
     let zero = VllmPod::aibrix("vllm-0", "llama", "10.0.0.1");

@@ -67,6 +67,7 @@ pub(super) async fn run(
                         model: model.clone(),
                         address: h.address.clone(),
                         routable: h.healthy,
+                        data_parallel_rank: None,
                     };
                     (h.address, vec![endpoint])
                 })

@@ -178,6 +178,7 @@ impl Fleet {
                 if before.is_none() {
                     let _ = router.set_pod_capacity(id, max_seqs);
                 }
+                let _ = router.set_pod_data_parallel_rank(id, n.data_parallel_rank);
             });
             if added.is_ok() {
                 // The model may be new: its [admission] policy, if any.
@@ -210,7 +211,11 @@ impl Fleet {
 
     fn export(&self) {
         self.metrics.pods.clear();
-        for e in self.endpoints() {
+        // A data-parallel server's engines are one pod (its rank 0).
+        for e in self
+            .endpoints()
+            .filter(|e| e.data_parallel_rank.unwrap_or(0) == 0)
+        {
             let state = if e.routable { "ready" } else { "unready" };
             self.metrics
                 .pods

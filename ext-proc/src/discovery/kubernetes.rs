@@ -129,7 +129,9 @@ async fn aibrix(
     // One namespace: pods are named as in it (AIBrix's `target-pod`); several or all: a name
     // can repeat across them, so `namespace/name`.
     let qualified = namespaces.len() != 1;
-    let endpoints = |p: &Pod| pods::aibrix_endpoint(p, qualified).into_iter().collect();
+    let endpoints = |p: &Pod| {
+        pods::with_data_parallel_ranks(p, pods::aibrix_endpoint(p, qualified).into_iter().collect())
+    };
     loop {
         tokio::select! {
             next = events.next() => match next {
@@ -256,7 +258,9 @@ async fn pool(
             event = next_pod => {
                 let Some((scope, event)) = event else { pod_events = None; continue };
                 let ports = spec.as_ref().map(PoolSpec::ports).unwrap_or_default();
-                let endpoints = |p: &Pod| pods::pool_endpoints(p, &ports, &model);
+                let endpoints = |p: &Pod| {
+                    pods::with_data_parallel_ranks(p, pods::pool_endpoints(p, &ports, &model))
+                };
                 on_pod_event(fleet, &mut relists, scope, event, &endpoints);
             }
             _ = stop.changed() => return,

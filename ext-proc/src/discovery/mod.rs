@@ -13,6 +13,9 @@
 //!   routed over the pool's pods (under one router model named after the pool, so they share
 //!   one prefix index), and the model server answers for a model it does not have.
 //!
+//! A pod labelled `kvroute.io/data-parallel-size: "N"` is N engines behind each of its
+//! endpoints, each routed to as a pod of its own ([`crate::data_parallel`]).
+//!
 //! A pod is routable when it is Running, Ready, has an IP and is not being deleted; pods that
 //! are listed but not routable are kept unready (their in-flight requests still release).
 //! `/readyz` stays false until the first complete list. Module map: [`pods`] (what an object

@@ -12,6 +12,11 @@ use serde::Deserialize;
 pub const MODEL_LABEL: &str = "model.aibrix.ai/name";
 /// AIBrix's port label.
 pub const PORT_LABEL: &str = "model.aibrix.ai/port";
+/// kvroute's label for a data-parallel server: the pod's vLLM runs this many engines behind
+/// each of its ports (`--data-parallel-size`), each routed to as a pod of its own
+/// ([`crate::data_parallel`]). Absent, or not a number from 1 to
+/// [`crate::data_parallel::MAX_SIZE`]: one engine.
+pub const DATA_PARALLEL_LABEL: &str = "kvroute.io/data-parallel-size";
 /// The port when [`PORT_LABEL`] is absent (AIBrix's default).
 pub const DEFAULT_PORT: u16 = 8000;
 /// KubeRay's worker label: such pods are not served directly (AIBrix skips them too).
@@ -28,6 +33,8 @@ pub struct Endpoint {
     pub address: String,
     /// Whether it may take requests: Running, Ready, an IP, not being deleted.
     pub routable: bool,
+    /// Its engine rank when the pod is a data-parallel server ([`DATA_PARALLEL_LABEL`]).
+    pub data_parallel_rank: Option<u32>,
 }
 
 /// Whether a pod is routable: phase Running, condition Ready true, an IP, and no deletion
@@ -92,6 +99,7 @@ pub fn aibrix_endpoint(pod: &Pod, qualified: bool) -> Option<Endpoint> {
         model: model.clone(),
         address: address(pod_ip(pod)?, port),
         routable: routable(pod),
+        data_parallel_rank: None,
     })
 }
 
@@ -113,6 +121,35 @@ pub fn pool_endpoints(pod: &Pod, ports: &[u16], model: &str) -> Vec<Endpoint> {
             model: model.to_owned(),
             address: address(ip, *port),
             routable: ready,
+            data_parallel_rank: None,
+        })
+        .collect()
+}
+
+/// The pod's `endpoints`, each as one endpoint per engine when the pod carries
+/// [`DATA_PARALLEL_LABEL`] (named `NAME/dpR`, at the endpoint's address).
+pub fn with_data_parallel_ranks(pod: &Pod, endpoints: Vec<Endpoint>) -> Vec<Endpoint> {
+    let size = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(DATA_PARALLEL_LABEL))
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|n| (1..=crate::data_parallel::MAX_SIZE).contains(n))
+        .unwrap_or(1);
+    if size == 1 {
+        return endpoints;
+    }
+    endpoints
+        .into_iter()
+        .flat_map(|e| {
+            crate::data_parallel::engines(&e.name, size)
+                .into_iter()
+                .map(move |(name, rank)| Endpoint {
+                    name,
+                    data_parallel_rank: rank,
+                    ..e.clone()
+                })
         })
         .collect()
 }
@@ -218,7 +255,8 @@ pub(crate) mod tests {
                 name: "vllm-0".into(),
                 model: "llama".into(),
                 address: "10.1.2.3:8000".into(),
-                routable: true
+                routable: true,
+                data_parallel_rank: None,
             })
         );
         let p = pod(
@@ -254,6 +292,44 @@ pub(crate) mod tests {
         assert!(!routable(&p));
         assert!(!routable(&pod("a", &[], None, true)));
         assert!(!routable(&pod("a", &[], Some("10.0.0.1"), false)));
+    }
+
+    #[test]
+    fn a_data_parallel_pod_is_one_endpoint_per_engine() {
+        fn labels(size: &str) -> [(&str, &str); 2] {
+            [(MODEL_LABEL, "llama"), (DATA_PARALLEL_LABEL, size)]
+        }
+        let p = pod("vllm-0", &labels("3"), Some("10.1.2.3"), true);
+        let got = with_data_parallel_ranks(&p, aibrix_endpoint(&p, true).into_iter().collect());
+        let want: Vec<(String, Option<u32>)> = (0..3)
+            .map(|r| (format!("default/vllm-0/dp{r}"), Some(r)))
+            .collect();
+        assert_eq!(
+            got.iter()
+                .map(|e| (e.name.clone(), e.data_parallel_rank))
+                .collect::<Vec<_>>(),
+            want
+        );
+        assert!(got
+            .iter()
+            .all(|e| e.address == "10.1.2.3:8000" && e.model == "llama" && e.routable));
+        // Per port of a pool, too.
+        let pool = with_data_parallel_ranks(&p, pool_endpoints(&p, &[8000, 8001], "pool"));
+        assert_eq!(pool.len(), 6);
+        assert_eq!(pool[5].name, "vllm-0:8001/dp2");
+        // 1, 0, too large or not a number: one engine, named as before.
+        for size in ["1", "0", "1025", "two", ""] {
+            let p = pod("vllm-1", &labels(size), Some("10.1.2.4"), true);
+            let one =
+                with_data_parallel_ranks(&p, aibrix_endpoint(&p, false).into_iter().collect());
+            assert_eq!(
+                one.iter()
+                    .map(|e| (e.name.as_str(), e.data_parallel_rank))
+                    .collect::<Vec<_>>(),
+                [("vllm-1", None)],
+                "{size:?}"
+            );
+        }
     }
 
     #[test]
