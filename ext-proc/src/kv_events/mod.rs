@@ -11,8 +11,9 @@
 //!   replaced by the pod's address host, port and name, or the pod entry's own
 //!   `kv_events_endpoint` (static pods). Engine R of a data-parallel server
 //!   ([`crate::data_parallel`]) subscribes to that endpoint (and replay endpoint) with the port
-//!   plus R, where vLLM's rank R publishes; `{name}` is the server's name. Pods added, moved or removed (reload, discovery) get
-//!   their subscriptions started, restarted or stopped within [`RECONCILE_EVERY`].
+//!   plus R, where vLLM's rank R publishes; `{name}` is the server's name. Pods added, moved
+//!   or removed (reload, discovery) get their subscriptions started, restarted or stopped
+//!   within [`RECONCILE_EVERY`].
 //! - **Gaps** (a lost message, a subscriber that joined late, an undecodable batch): repaired
 //!   from the replay endpoint when one is configured (`replay_endpoint`, the same
 //!   placeholders); otherwise, or when the replay cannot cover the gap, the view is stale
