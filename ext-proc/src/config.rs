@@ -309,8 +309,7 @@ pub struct PodEntry {
     /// The pod's KV-event replay endpoint, instead of the template's.
     #[serde(default)]
     pub kv_events_replay_endpoint: Option<String>,
-    /// The engines behind the address (vLLM `--data-parallel-size`; default 1): each is routed
-    /// to as a pod of its own ([`crate::data_parallel`]).
+    /// Engines behind the address (vLLM `--data-parallel-size`): [`crate::data_parallel`].
     #[serde(default)]
     pub data_parallel_size: Option<u32>,
 }
@@ -663,7 +662,11 @@ fn validate_models(models: &BTreeMap<String, ModelSection>) -> Result<(), Config
             }
         }
     }
-    crate::data_parallel::validate(models).map_err(ConfigError::Pods)
+    let pods = models
+        .iter()
+        .flat_map(|(m, s)| s.pods.iter().map(move |p| (m, p)));
+    let sizes = pods.map(|(m, p)| (m.as_str(), p.name.as_str(), p.data_parallel_size));
+    crate::data_parallel::validate(sizes).map_err(ConfigError::Pods)
 }
 
 #[cfg(test)]

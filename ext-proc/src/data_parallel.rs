@@ -5,7 +5,7 @@
 //!
 //! ## Contract
 //! - A static pod with `data_parallel_size = N` (N > 1), or a discovered pod labelled
-//!   `kvroute.io/data-parallel-size: "N"` ([`crate::discovery::pods::DATA_PARALLEL_LABEL`]),
+//!   `kvroute.io/data-parallel-size: "N"` (discovery's `pods::DATA_PARALLEL_LABEL`),
 //!   is N pods of the router, named `NAME/dp0` … `NAME/dp{N-1}` ([`rank_name`]) at the pod's
 //!   address, each with its own in-flight count, prefix index entries, TTFT model and
 //!   KV-event view ([`kvroute_core::Router::set_pod_data_parallel_rank`]). `1` (the default)
@@ -14,14 +14,15 @@
 //!   `X-data-parallel-rank`: the API server hands the request to that engine); `target-pod`
 //!   and the decision name the rank's pod.
 //! - Engine metrics: one scrape of the address serves every rank; each rank reads the series
-//!   labelled `engine="R"` (vLLM labels each engine's series so) ([`crate::scrape`]).
+//!   labelled `engine="R"` (vLLM labels each engine's series so; `scrape::parse_engine`).
 //! - KV events: rank R's publisher is the pod's endpoint with its port offset by R, and so
 //!   is its replay endpoint ([`offset_port`], vLLM's `offset_endpoint_port`).
 //! - Envoy's hosts (`[discovery] source = "envoy"`) are whole servers.
+//!
+//! This module is a leaf: the configuration, discovery, scraping and the KV-event subscriber
+//! call it; it calls none of them.
 
 use std::collections::BTreeMap;
-
-use crate::config::ModelSection;
 
 /// The upstream request header naming the engine (vLLM reads it case-insensitively).
 pub const RANK_HEADER: &str = "x-data-parallel-rank";
@@ -62,26 +63,25 @@ pub fn offset_port(endpoint: &str, rank: u32) -> Option<String> {
     Some(format!("{base}:{shifted}"))
 }
 
-/// Checks the pods' `data_parallel_size`: 1 to [`MAX_SIZE`], the same for a pod listed
-/// under several models, and no rank's name taken by another pod.
-pub fn validate(models: &BTreeMap<String, ModelSection>) -> Result<(), String> {
+/// Checks the static pods' `data_parallel_size`, given as `(model, pod, size)`: 1 to
+/// [`MAX_SIZE`], the same for a pod listed under several models, and no rank's name taken by
+/// another pod.
+pub fn validate<'a>(
+    pods: impl IntoIterator<Item = (&'a str, &'a str, Option<u32>)>,
+) -> Result<(), String> {
     let mut sizes: BTreeMap<&str, u32> = BTreeMap::new();
-    for (model, section) in models {
-        for pod in &section.pods {
-            let size = pod.data_parallel_size.unwrap_or(1);
-            if !(1..=MAX_SIZE).contains(&size) {
+    for (model, pod, size) in pods {
+        let size = size.unwrap_or(1);
+        if !(1..=MAX_SIZE).contains(&size) {
+            return Err(format!(
+                "model {model:?}: pod {pod:?} data_parallel_size must be 1 to {MAX_SIZE}"
+            ));
+        }
+        if let Some(prev) = sizes.insert(pod, size) {
+            if prev != size {
                 return Err(format!(
-                    "model {model:?}: pod {:?} data_parallel_size must be 1 to {MAX_SIZE}",
-                    pod.name
+                    "pod {pod:?} has two data_parallel_size ({prev} and {size})"
                 ));
-            }
-            if let Some(prev) = sizes.insert(&pod.name, size) {
-                if prev != size {
-                    return Err(format!(
-                        "pod {:?} has two data_parallel_size ({prev} and {size})",
-                        pod.name
-                    ));
-                }
             }
         }
     }
@@ -133,113 +133,28 @@ mod tests {
         assert_eq!(offset_port("tcp://h:x", 1), None);
     }
 
-    fn load(text: &str) -> Result<crate::config::Config, crate::config::ConfigError> {
-        let file = crate::config::parse_toml(text, std::path::Path::new("t.toml"))?;
-        crate::config::build(
-            file,
-            &crate::env::EnvSnapshot::from_pairs(&[]),
-            &crate::config::Overrides::default(),
-            7,
-        )
-    }
-
-    fn pods(size: &str) -> String {
-        format!("[models.m]\npods = [{{ name = \"a\", address = \"127.0.0.1:1\"{size} }}, {{ name = \"b\", address = \"127.0.0.1:2\" }}]\n")
-    }
-
     #[test]
     fn sizes_are_checked() {
+        let a = |size| ("m", "a", size);
+        let b = ("m", "b", None);
         for (bad, why) in [
-            (pods(", data_parallel_size = 0"), "data_parallel_size must be 1 to 1024"),
-            (pods(", data_parallel_size = 1025"), "data_parallel_size must be 1 to 1024"),
+            (vec![a(Some(0)), b], "data_parallel_size must be 1 to 1024"),
             (
-                pods(", data_parallel_size = 2")
-                    + "[models.n]\npods = [{ name = \"a\", address = \"127.0.0.1:1\", data_parallel_size = 3 }]",
+                vec![a(Some(1025)), b],
+                "data_parallel_size must be 1 to 1024",
+            ),
+            (
+                vec![a(Some(2)), ("n", "a", Some(3))],
                 "pod \"a\" has two data_parallel_size (2 and 3)",
             ),
             (
-                pods(", data_parallel_size = 2")
-                    + "[models.n]\npods = [{ name = \"a/dp1\", address = \"127.0.0.1:3\" }]",
+                vec![a(Some(2)), ("n", "a/dp1", None)],
                 "pod \"a/dp1\" has the name of rank 1 of pod \"a\"",
             ),
         ] {
-            let e = load(&bad).unwrap_err().to_string();
-            assert!(e.contains(why), "{bad}: {e}");
+            let e = validate(bad.clone()).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
         }
-        assert!(load(&pods(", data_parallel_size = 1024")).is_ok());
-    }
-
-    #[test]
-    fn a_data_parallel_pod_is_one_router_pod_per_rank_and_reloads_change_them() {
-        let config = load(&pods(", data_parallel_size = 3")).unwrap();
-        let shared = crate::shared::Shared::new(
-            &config,
-            &mut prometheus_client::registry::Registry::default(),
-        )
-        .unwrap();
-        let seen = || {
-            let mut v: Vec<(String, String, Option<u32>)> = shared
-                .router
-                .lock()
-                .pods()
-                .into_iter()
-                .map(|p| {
-                    (
-                        p.name.to_string(),
-                        p.address.to_string(),
-                        p.data_parallel_rank,
-                    )
-                })
-                .collect();
-            v.sort();
-            v
-        };
-        let at = |n: &str, a: &str, r| (n.to_owned(), a.to_owned(), r);
-        assert_eq!(
-            seen(),
-            [
-                at("a/dp0", "127.0.0.1:1", Some(0)),
-                at("a/dp1", "127.0.0.1:1", Some(1)),
-                at("a/dp2", "127.0.0.1:1", Some(2)),
-                at("b", "127.0.0.1:2", None),
-            ]
-        );
-        shared
-            .apply(&load(&pods(", data_parallel_size = 2")).unwrap())
-            .unwrap();
-        assert_eq!(seen().len(), 3, "{:?}", seen());
-        shared.apply(&load(&pods("")).unwrap()).unwrap();
-        assert_eq!(
-            seen(),
-            [at("a", "127.0.0.1:1", None), at("b", "127.0.0.1:2", None)]
-        );
-    }
-
-    #[test]
-    fn the_readme_example_loads_as_documented() {
-        let readme = include_str!("../README.md");
-        let section = &readme[readme.find("### Data-parallel servers").unwrap()..];
-        let block = section.split("```toml\n").nth(1).unwrap();
-        let toml = &block[..block.find("```").unwrap()];
-        let config = load(toml).unwrap();
-        let shared = crate::shared::Shared::new(
-            &config,
-            &mut prometheus_client::registry::Registry::default(),
-        )
-        .unwrap();
-        let mut names: Vec<String> = shared
-            .router
-            .lock()
-            .pods()
-            .iter()
-            .map(|p| format!("{} {} {:?}", p.name, p.address, p.data_parallel_rank))
-            .collect();
-        names.sort();
-        assert_eq!(
-            names,
-            (0..4)
-                .map(|r| format!("dsv3-0/dp{r} 10.0.0.5:8000 Some({r})"))
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(validate([a(Some(1024)), b, ("n", "a", Some(1024))]), Ok(()));
     }
 }

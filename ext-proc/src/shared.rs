@@ -277,3 +277,73 @@ impl Shared {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::from_toml;
+
+    /// `(name, address, rank)` of every router pod, sorted.
+    fn pods(shared: &Shared) -> Vec<(String, String, Option<u32>)> {
+        let mut v: Vec<_> = shared
+            .router
+            .lock()
+            .pods()
+            .into_iter()
+            .map(|p| {
+                (
+                    p.name.to_string(),
+                    p.address.to_string(),
+                    p.data_parallel_rank,
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn dp_config(size: &str) -> Config {
+        from_toml(&format!("[models.m]\npods = [{{ name = \"a\", address = \"127.0.0.1:1\"{size} }}, {{ name = \"b\", address = \"127.0.0.1:2\" }}]\n"))
+    }
+
+    #[test]
+    fn a_data_parallel_pod_is_one_router_pod_per_rank_and_reloads_change_them() {
+        let shared = Shared::new(
+            &dp_config(", data_parallel_size = 3"),
+            &mut Registry::default(),
+        )
+        .unwrap();
+        let at = |n: &str, a: &str, r| (n.to_owned(), a.to_owned(), r);
+        assert_eq!(
+            pods(&shared),
+            [
+                at("a/dp0", "127.0.0.1:1", Some(0)),
+                at("a/dp1", "127.0.0.1:1", Some(1)),
+                at("a/dp2", "127.0.0.1:1", Some(2)),
+                at("b", "127.0.0.1:2", None),
+            ]
+        );
+        shared
+            .apply(&dp_config(", data_parallel_size = 2"))
+            .unwrap();
+        assert_eq!(pods(&shared).len(), 3, "{:?}", pods(&shared));
+        shared.apply(&dp_config("")).unwrap();
+        assert_eq!(
+            pods(&shared),
+            [at("a", "127.0.0.1:1", None), at("b", "127.0.0.1:2", None)]
+        );
+    }
+
+    #[test]
+    fn the_readme_data_parallel_example_loads_as_documented() {
+        let readme = include_str!("../README.md");
+        let section = &readme[readme.find("### Data-parallel servers").unwrap()..];
+        let block = section.split("```toml\n").nth(1).unwrap();
+        let toml = &block[..block.find("```").unwrap()];
+        let shared = Shared::new(&from_toml(toml), &mut Registry::default()).unwrap();
+        let want: Vec<_> = (0..4)
+            .map(|r| (format!("dsv3-0/dp{r}"), "10.0.0.5:8000".to_owned(), Some(r)))
+            .collect();
+        assert_eq!(pods(&shared), want);
+    }
+}
