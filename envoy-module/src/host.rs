@@ -2,6 +2,8 @@
 //! ([`crate::abi`]) implements it over Envoy's callbacks; the unit tests implement it over
 //! plain maps, so the filter's logic is tested without Envoy.
 
+use std::borrow::Cow;
+
 /// One HTTP stream as the filter sees it, during one of Envoy's calls into the filter.
 pub trait StreamHost {
     /// The first value of request header `name` (lower-case), if present.
@@ -9,8 +11,9 @@ pub trait StreamHost {
     /// Sets (replaces) request header `name`. False if Envoy refused.
     fn set_request_header(&mut self, name: &str, value: &[u8]) -> bool;
     /// The request body Envoy has buffered so far, plus the chunk being delivered: the whole
-    /// body at its end when every earlier chunk was held back for buffering.
-    fn request_body(&self) -> Vec<u8>;
+    /// body at its end when every earlier chunk was held back for buffering. Borrowed from
+    /// Envoy when it is one slice, else copied into one buffer.
+    fn request_body(&self) -> Cow<'_, [u8]>;
     /// Its size in bytes, without copying it.
     fn request_body_len(&self) -> usize;
     /// Sends the request to `address` (`ip:port`): sets the dynamic metadata
@@ -26,7 +29,7 @@ pub trait StreamHost {
     /// Sets (replaces) response header `name`. False if Envoy refused.
     fn set_response_header(&mut self, name: &str, value: &[u8]) -> bool;
     /// The response chunk being delivered (response-body calls only).
-    fn response_chunk(&self) -> Vec<Vec<u8>>;
+    fn response_chunk(&self) -> Vec<&[u8]>;
     /// Envoy's `response.code_details` attribute, once a response has started.
     fn response_code_details(&self) -> Option<String>;
     /// Envoy's `response.code` attribute, once a response has started.

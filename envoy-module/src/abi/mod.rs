@@ -19,6 +19,7 @@
 pub mod lb;
 mod sys;
 
+use std::borrow::Cow;
 use std::ffi::c_char;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
@@ -129,8 +130,9 @@ impl EnvoyStream {
         unsafe { sys::envoy_dynamic_module_callback_http_get_body_size(self.envoy, body) }
     }
 
-    /// Appends the slices of `body` to `out`, one `Vec` each.
-    fn body_chunks(&self, body: HttpBodyType, out: &mut Vec<Vec<u8>>) {
+    /// Appends the non-empty slices of `body` to `out`, borrowed from Envoy for as long as
+    /// `self` (the current hook).
+    fn body_chunks<'s>(&'s self, body: HttpBodyType, out: &mut Vec<&'s [u8]>) {
         // SAFETY: the stream's pointer during the hook.
         let n = unsafe {
             sys::envoy_dynamic_module_callback_http_get_body_chunks_size(self.envoy, body)
@@ -154,8 +156,15 @@ impl EnvoyStream {
             )
         };
         if ok {
-            // SAFETY: each slice is valid until the hook returns; copied at once.
-            out.extend(slices.iter().map(|s| unsafe { envoy_bytes(*s) }.to_vec()));
+            // SAFETY: each slice is valid until the hook returns, which outlives `&'s self`
+            // (an `EnvoyStream` lives for one hook), and is not changed meanwhile: the
+            // borrow of `self` keeps the filter from calling Envoy to modify the body.
+            out.extend(
+                slices
+                    .iter()
+                    .map(|s| unsafe { envoy_bytes::<'s>(*s) })
+                    .filter(|s| !s.is_empty()),
+            );
         }
     }
 
@@ -187,11 +196,15 @@ impl StreamHost for EnvoyStream {
     /// What Envoy buffered (earlier chunks held back) followed by the chunk of this call: the
     /// whole body at its end (measured: over HTTP/1.1 the last call's own chunk is empty and
     /// the buffer holds everything; an HTTP/2 body in one frame has no buffer).
-    fn request_body(&self) -> Vec<u8> {
+    fn request_body(&self) -> Cow<'_, [u8]> {
         let mut chunks = Vec::new();
         self.body_chunks(HttpBodyType::BUFFERED_REQUEST_BODY, &mut chunks);
         self.body_chunks(HttpBodyType::RECEIVED_REQUEST_BODY, &mut chunks);
-        chunks.concat()
+        match chunks[..] {
+            [] => Cow::Borrowed(&[]),
+            [one] => Cow::Borrowed(one),
+            _ => Cow::Owned(chunks.concat()),
+        }
     }
 
     fn request_body_len(&self) -> usize {
@@ -222,7 +235,7 @@ impl StreamHost for EnvoyStream {
         self.set_header(HttpHeaderType::RESPONSE_HEADER, name, value)
     }
 
-    fn response_chunk(&self) -> Vec<Vec<u8>> {
+    fn response_chunk(&self) -> Vec<&[u8]> {
         let mut chunks = Vec::new();
         self.body_chunks(HttpBodyType::RECEIVED_RESPONSE_BODY, &mut chunks);
         chunks
@@ -671,8 +684,8 @@ mod tests {
         fn set_request_header(&mut self, _: &str, _: &[u8]) -> bool {
             true
         }
-        fn request_body(&self) -> Vec<u8> {
-            Vec::new()
+        fn request_body(&self) -> Cow<'_, [u8]> {
+            Cow::Borrowed(&[])
         }
         fn request_body_len(&self) -> usize {
             0
@@ -686,7 +699,7 @@ mod tests {
         fn set_response_header(&mut self, _: &str, _: &[u8]) -> bool {
             true
         }
-        fn response_chunk(&self) -> Vec<Vec<u8>> {
+        fn response_chunk(&self) -> Vec<&[u8]> {
             Vec::new()
         }
         fn response_code_details(&self) -> Option<String> {

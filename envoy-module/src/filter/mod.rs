@@ -265,7 +265,7 @@ impl Filter {
         if let Some(t) = self.routed.as_mut().and_then(|r| r.guard.timing_mut()) {
             let now = Instant::now();
             for chunk in host.response_chunk() {
-                t.on_chunk(&chunk, now);
+                t.on_chunk(chunk, now);
             }
         }
         BodyStatus::Continue

@@ -1,5 +1,6 @@
 //! The filter's logic over a fake host: what Envoy would be told at each call.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use kvroute_ext_proc::config::{ConfigSource, Overrides};
@@ -62,8 +63,8 @@ impl StreamHost for FakeHost {
         self.request_headers.insert(name.into(), value.to_vec());
         true
     }
-    fn request_body(&self) -> Vec<u8> {
-        self.body.clone()
+    fn request_body(&self) -> Cow<'_, [u8]> {
+        Cow::Borrowed(&self.body)
     }
     fn request_body_len(&self) -> usize {
         self.body.len()
@@ -79,8 +80,8 @@ impl StreamHost for FakeHost {
         self.response_headers.insert(name.into(), value.to_vec());
         true
     }
-    fn response_chunk(&self) -> Vec<Vec<u8>> {
-        vec![self.chunk.clone()]
+    fn response_chunk(&self) -> Vec<&[u8]> {
+        vec![&self.chunk]
     }
     fn response_code_details(&self) -> Option<String> {
         self.details.clone()
