@@ -1002,7 +1002,8 @@ kvroute_status kvroute_router_explain(const struct kvroute_router *router,
  * the address, so 96 bytes hold the id of any address written without leading zeros.
  *
  * A decision carries a session id when the strategy spec it was routed with (the request's,
- * or the configured default) includes `session-affinity`, whichever route call made it and
+ * or the configured default) includes `session-affinity` or `least-ttft` (whose model counts
+ * the pod a session id names as holding the previous answer), whichever route call made it and
  * whether or not the request had a session id. Otherwise its session id is empty: `*out_n` is
  * 0 and `buf` holds only the NUL (a session id is never empty).
  *
@@ -1443,7 +1444,10 @@ kvroute_status kvroute_router_route_subset(struct kvroute_router *router,
  * candidate (`KVROUTE_REASON_RANDOM`) under `session-affinity` alone. Either way the decision
  * carries the chosen pod's session id (`kvroute_router_session_id()`), which the caller
  * returns to the client in the response's `x-session-id` header so that its next request
- * comes back to the same pod. A spec without `session-affinity` ignores the session id.
+ * comes back to the same pod. Under `least-ttft` the session id does not pick the pod: the
+ * TTFT model counts the pod it names as holding the previous turn's answer (which the prefix
+ * index never saw), and the decision carries the chosen pod's session id as well. Other
+ * strategies ignore it.
  *
  * A session id is stateless, AIBrix's encoding: the standard base64 (padded) of the pod's
  * `ip:port` address as given to `kvroute_router_add_pod()`, so whichever pod of the model has

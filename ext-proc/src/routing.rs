@@ -39,7 +39,8 @@ pub struct RequestInfo {
     pub content_length: Option<u64>,
     /// `model` header (used for requests without a body).
     pub model: Option<String>,
-    /// `x-session-id` (AIBrix's session-affinity: base64 of the session's pod `ip:port`).
+    /// `x-session-id` (AIBrix's session-affinity: base64 of the session's pod `ip:port`;
+    /// least-ttft reads it too).
     pub session_id: Option<String>,
     /// The `[admission]` headers (priority, tenant, GIE objective), read by
     /// [`AdmissionInputs::read_header`] with the configured names.

@@ -392,9 +392,9 @@ type Decision struct {
 	// data-parallel server (Router.SetPodDataParallelRank): send it upstream as vLLM's
 	// X-data-parallel-rank header. -1 for a whole server.
 	DataParallelRank int64
-	// SessionID is the chosen pod's session id for session-affinity, to return to the client
-	// in the response's x-session-id header; set by the *Session methods when the strategy
-	// spec includes session-affinity, "" otherwise (see RouteSession and Router.SessionID).
+	// SessionID is the chosen pod's session id for session-affinity and least-ttft, to return
+	// to the client in the response's x-session-id header; set by the *Session methods when
+	// the strategy spec includes either, "" otherwise (see RouteSession and Router.SessionID).
 	SessionID string
 }
 
@@ -447,7 +447,9 @@ func (r *Router) RouteSubset(model string, prompt []byte, strategy string, subse
 // (ReasonRandom). Either way the decision's SessionID is the chosen pod's: the standard base64
 // of its address as given to AddPod, AIBrix's encoding (stateless: whichever pod has that
 // address takes the session). A session id that is not base64, or not even UTF-8, is no
-// error. With a spec without session-affinity, sessionID is ignored and SessionID is "".
+// error. Under least-ttft the session id does not pick the pod: the model counts the pod it
+// names as holding the previous turn's answer, and SessionID names the chosen pod. With any
+// other spec, sessionID is ignored and SessionID is "".
 func (r *Router) RouteSession(model string, prompt []byte, strategy string, subset []string, sessionID string, nowMs uint64) (Decision, error) {
 	d, err := r.routeBytes(model, prompt, strategy, subset, sessionID, nowMs)
 	return r.withSessionID(d, err, nowMs)

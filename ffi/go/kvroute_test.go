@@ -570,6 +570,11 @@ func TestSessionAffinity(t *testing.T) {
 	if err != nil || d.Pod == first.Pod || d.SessionID != "" {
 		t.Fatalf("least-request: %+v %v", d, err)
 	}
+	// least-ttft reads the id as a cache hint, not a pin, and names the pod it chose.
+	d, err = r.RouteJSONSession("", body, "least-ttft", nil, id, 4)
+	if err != nil || d.Reason != ReasonLeastTTFT || d.SessionID != idOf(d.Pod) {
+		t.Fatalf("least-ttft: %+v %v", d, err)
+	}
 	if err := r.RemovePod(first.Pod); err != nil {
 		t.Fatal(err)
 	}

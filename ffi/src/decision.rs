@@ -110,7 +110,8 @@ pub extern "C" fn kvroute_router_explain(
 /// the address, so 96 bytes hold the id of any address written without leading zeros.
 ///
 /// A decision carries a session id when the strategy spec it was routed with (the request's,
-/// or the configured default) includes `session-affinity`, whichever route call made it and
+/// or the configured default) includes `session-affinity` or `least-ttft` (whose model counts
+/// the pod a session id names as holding the previous answer), whichever route call made it and
 /// whether or not the request had a session id. Otherwise its session id is empty: `*out_n` is
 /// 0 and `buf` holds only the NUL (a session id is never empty).
 ///

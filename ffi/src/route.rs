@@ -182,7 +182,10 @@ pub extern "C" fn kvroute_router_route_subset(
 /// candidate (`KVROUTE_REASON_RANDOM`) under `session-affinity` alone. Either way the decision
 /// carries the chosen pod's session id (`kvroute_router_session_id()`), which the caller
 /// returns to the client in the response's `x-session-id` header so that its next request
-/// comes back to the same pod. A spec without `session-affinity` ignores the session id.
+/// comes back to the same pod. Under `least-ttft` the session id does not pick the pod: the
+/// TTFT model counts the pod it names as holding the previous turn's answer (which the prefix
+/// index never saw), and the decision carries the chosen pod's session id as well. Other
+/// strategies ignore it.
 ///
 /// A session id is stateless, AIBrix's encoding: the standard base64 (padded) of the pod's
 /// `ip:port` address as given to `kvroute_router_add_pod()`, so whichever pod of the model has

@@ -279,9 +279,11 @@ pub struct Decision {
     /// The request is the probe of a pod whose ejection is over: its outcome decides whether
     /// the pod is back in service.
     pub health_probe: bool,
-    /// When the strategy includes `session-affinity`: the session id of the chosen pod
-    /// (standard base64 of its `ip:port`, as AIBrix encodes it), for the `x-session-id`
-    /// response header, so that the client's next request with it comes back here.
+    /// When the strategy includes `session-affinity` or `least-ttft`: the session id of the
+    /// chosen pod (standard base64 of its `ip:port`, as AIBrix encodes it), for the
+    /// `x-session-id` response header. The client's next request with it comes back here
+    /// under `session-affinity`; under `least-ttft` it tells the model that this pod holds the
+    /// conversation's previous answer, which the index never saw.
     pub session_id: Option<String>,
     /// The chosen pod's engine rank when it is one engine of a data-parallel server
     /// ([`crate::Router::set_pod_data_parallel_rank`]): the shell pins the request to it.

@@ -692,3 +692,62 @@ fn predictions_are_held_against_first_tokens_per_pod() {
     r.add_pod(MODEL, again).unwrap();
     assert_eq!(calibration(&r), kept);
 }
+
+/// least-ttft answers with its pod's session id, and a conversation's next turn that sends it
+/// back credits that pod with the previous answer (the index saw only the previous prompt):
+/// the answer's whole engine blocks count as cached there, and nowhere else.
+#[test]
+fn a_session_id_credits_its_pod_with_the_previous_answer() {
+    let mut cfg = ttft_config();
+    cfg.ttft.engine_block_tokens = 16;
+    cfg.ttft.output_tokens = 300.0;
+    let turn = |r: &mut Router, upto: u32, session: Option<&str>, at| {
+        let keys = r.token_key_config(16).unwrap();
+        let tokens: Vec<u32> = (0..upto).collect();
+        let k = keys.keys(&tokens, kvroute_core::BlockExtras::default());
+        let size = kvroute_core::PromptTokens {
+            prompt_tokens: upto,
+            block_tokens: 16,
+        };
+        let req = RouteRequest::new(MODEL, &k)
+            .with_tokens(size)
+            .with_session_id(session);
+        r.route(req, t(at)).unwrap()
+    };
+    let finish = |r: &mut Router, d: &kvroute_core::Decision, at| {
+        let timings = kvroute_core::Timings {
+            first_token_ms: Some(200),
+            total_ms: Some(2_000),
+            output_tokens: Some(300),
+            prompt_tokens: Some(d.prediction.prompt_tokens),
+            cached_tokens: Some(0),
+        };
+        r.complete(
+            d.ticket,
+            Completion {
+                outcome: Outcome::Success,
+                timings,
+            },
+            t(at),
+        )
+        .unwrap();
+    };
+    let mut cached = Vec::new();
+    for with_session in [false, true] {
+        let (mut r, _) = router_with_pods(2, cfg.clone());
+        // Turn 1: 1,000 prompt tokens, a 300-token answer.
+        let first = turn(&mut r, 1_000, None, 0);
+        let id = first.session_id.clone().expect("least-ttft names its pod");
+        finish(&mut r, &first, 2_000);
+        // Turn 2: the first prompt, the answer (tokens 1,000-1,299) and a new question.
+        let session = with_session.then_some(id.as_str());
+        let second = turn(&mut r, 1_500, session, 10_000);
+        assert_eq!(second.pod, first.pod, "session {with_session}: {second}");
+        assert_eq!(second.matched_blocks, 62, "the index saw 992 tokens");
+        cached.push(second.prediction.cached_tokens);
+        r.check_invariants().unwrap();
+    }
+    // Without the id, the 992 indexed tokens; with it, the answer's whole blocks too
+    // (⌊1,292 / 16⌋ × 16).
+    assert_eq!(cached, [992, 1_280]);
+}

@@ -46,8 +46,10 @@ pub struct RouteRequest<'a> {
     /// The Gateway API Inference Extension's subset hint: when set, only pods whose `ip:port`
     /// is listed are candidates (none of them ready and healthy: [`RouteError::NoPodInSubset`]).
     pub endpoint_subset: Option<&'a [&'a str]>,
-    /// The request's `x-session-id` header, for `session-affinity` (AIBrix's encoding: base64
-    /// of the pod's `ip:port`, as [`Decision::session_id`] gives it).
+    /// The request's `x-session-id` header (AIBrix's encoding: base64 of the pod's `ip:port`,
+    /// as [`Decision::session_id`] gives it): `session-affinity` sends the request to the pod
+    /// it names, and the TTFT model (`least-ttft`) counts that pod as holding the previous
+    /// turn's answer.
     pub session_id: Option<&'a str>,
     /// The request's priority for [`Router::admit`]: higher first, negative sheddable (see
     /// [`crate::Priority`]); 0 by default. [`Router::route`] ignores it.
@@ -172,6 +174,8 @@ struct Scratch {
     metrics: Vec<select::PodMetrics>,
     /// Per-strategy scores (weighted specs and the metric strategies).
     scores: Vec<Option<f64>>,
+    /// The candidate the request's session id names, if any.
+    session: Option<usize>,
 }
 
 /// The request's size as the TTFT model sees it: with byte blocks, the prompt's length is known
@@ -185,6 +189,12 @@ struct JobSize {
     /// block size.
     block_tokens: f64,
     max_output_tokens: Option<u32>,
+    /// The pod the request's session id names, if it is a candidate: it computed the
+    /// conversation's previous turn, answer included.
+    session_pod: Option<PodId>,
+    /// The previous turn's answer as the model expects it (the learned output length), in
+    /// tokens: what the session's pod holds beyond the index's match.
+    answer_tokens: f64,
 }
 
 impl JobSize {
@@ -193,6 +203,11 @@ impl JobSize {
             prompt_tokens: self.prompt_tokens,
             matched_tokens: f64::from(c.matched) * self.block_tokens,
             exact,
+            session_tokens: if self.session_pod == Some(c.pod) {
+                self.answer_tokens
+            } else {
+                0.0
+            },
             max_output_tokens: self.max_output_tokens,
         }
     }
@@ -209,7 +224,8 @@ struct Picked {
     /// least-ttft: the lowest-cost other candidate.
     runner_up: Option<usize>,
     total_blocks: u32,
-    /// Whether the spec has session-affinity (the decision then carries a session id).
+    /// Whether the spec has session-affinity or least-ttft (the decision then carries a
+    /// session id).
     session: bool,
 }
 

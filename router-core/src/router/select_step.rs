@@ -19,12 +19,25 @@ impl Router {
         all: bool,
     ) -> JobSize {
         let spec = req.strategy.unwrap_or(&self.config.default_strategy);
+        let pods = &self.registry.pods;
+        let s = &mut self.scratch;
+        s.session = select::session_affinity::target(
+            req.session_id,
+            s.cands.iter().map(|c| {
+                let p = &pods[c.pod.index()];
+                (&*p.address, p.data_parallel_rank)
+            }),
+        );
+        let session_pod = s.session.map(|i| s.cands[i].pod);
+        let answer_tokens = self.global.output_tokens.get();
         let size = match req.tokens {
             Some(t) => JobSize {
                 prompt_bytes: 0.0,
                 prompt_tokens: f64::from(t.prompt_tokens),
                 block_tokens: f64::from(t.block_tokens),
                 max_output_tokens: req.max_output_tokens,
+                session_pod,
+                answer_tokens,
             },
             None => {
                 let block = self.hash.block_size() as f64;
@@ -39,6 +52,8 @@ impl Router {
                     prompt_tokens: prompt_bytes / bytes_per_token,
                     block_tokens: block / bytes_per_token,
                     max_output_tokens: req.max_output_tokens,
+                    session_pod,
+                    answer_tokens,
                 }
             }
         };
@@ -98,14 +113,7 @@ impl Router {
             }
         }
         let session = if spec.contains(Strategy::SessionAffinity) {
-            let pods = &self.registry.pods;
-            select::session_affinity::target(
-                req.session_id,
-                s.cands.iter().map(|c| {
-                    let p = &pods[c.pod.index()];
-                    (&*p.address, p.data_parallel_rank)
-                }),
-            )
+            s.session
         } else {
             None
         };
@@ -212,7 +220,7 @@ impl Router {
             imbalance,
             runner_up,
             total_blocks,
-            session: spec.contains(Strategy::SessionAffinity),
+            session: spec.contains(Strategy::SessionAffinity) || spec.contains(Strategy::LeastTtft),
         }
     }
 }

@@ -57,6 +57,11 @@ pub(crate) struct Job {
     /// Whether the match is the engine's own record of its cache (an engine view), taken as
     /// the cached tokens; otherwise the router-side index's, corrected by `trust` and `extra`.
     pub(crate) exact: bool,
+    /// Tokens after the index's match that the pod has computed for this request's
+    /// conversation although the index cannot see them: the previous turn's answer, when the
+    /// request's session id names this pod (0 otherwise, and ignored with an engine view,
+    /// which sees answers). Counted as indexed.
+    pub(crate) session_tokens: f64,
     /// The request's output-token limit, if it sets one.
     pub(crate) max_output_tokens: Option<u32>,
 }
@@ -119,7 +124,8 @@ pub(crate) fn estimate(
     use std::collections::BinaryHeap;
 
     let block = f64::from(cfg.engine_block_tokens);
-    let matched_tokens = job.matched_tokens.min(job.prompt_tokens);
+    let session_tokens = if job.exact { 0.0 } else { job.session_tokens };
+    let matched_tokens = (job.matched_tokens + session_tokens).min(job.prompt_tokens);
     let indexed = (matched_tokens / block).floor() * block;
     let reusable = (job.prompt_tokens / block).floor() * block;
     let extra = if pod.may_probe() {
@@ -279,6 +285,7 @@ mod tests {
             prompt_tokens: 5_000.0,
             matched_tokens: 4_977.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
@@ -286,6 +293,42 @@ mod tests {
         assert_eq!(e.uncached_tokens, 296.0);
         assert_eq!(e.queue_ms, 0.0);
         assert!((e.ttft_ms - (50.0 + 296.0 / 3.0)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn session_tokens_count_as_indexed_unless_the_match_is_exact() {
+        let c = cfg();
+        let (pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
+        // The index matched 3,000 of 5,000 tokens; the session adds a 300-token answer: 3,300
+        // tokens, 2 whole blocks (3,136) instead of 1 (1,568).
+        let job = Job {
+            prompt_tokens: 5_000.0,
+            matched_tokens: 3_000.0,
+            exact: false,
+            session_tokens: 300.0,
+            max_output_tokens: None,
+        };
+        let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(e.indexed_tokens, 3_136.0);
+        let without = Job {
+            session_tokens: 0.0,
+            ..job
+        };
+        let e0 = estimate(&pod, &g, &c, without, t(0), &mut Vec::new());
+        assert_eq!(e0.indexed_tokens, 1_568.0);
+        assert!(e.cached_tokens > e0.cached_tokens && e.ttft_ms < e0.ttft_ms);
+        // Never more than the prompt.
+        let long = Job {
+            session_tokens: 9_000.0,
+            ..job
+        };
+        let e = estimate(&pod, &g, &c, long, t(0), &mut Vec::new());
+        assert_eq!(e.indexed_tokens, 4_704.0);
+        // An engine view sees answers itself: the credit is not added to it.
+        let exact = Job { exact: true, ..job };
+        let e = estimate(&pod, &g, &c, exact, t(0), &mut Vec::new());
+        assert_eq!(e.indexed_tokens, 1_568.0);
+        assert_eq!(e.cached_tokens, 1_568.0);
     }
 
     #[test]
@@ -300,6 +343,7 @@ mod tests {
             prompt_tokens: 3_000.0,
             matched_tokens: 0.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
@@ -344,6 +388,7 @@ mod tests {
             prompt_tokens: 3_000.0,
             matched_tokens: 0.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         let queue_behind = |pod: &mut PodModel, limit| {
@@ -376,6 +421,7 @@ mod tests {
             prompt_tokens: 3_000.0,
             matched_tokens: 0.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         let idle = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
@@ -392,6 +438,7 @@ mod tests {
             prompt_tokens: 3_136.0,
             matched_tokens: 3_136.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         assert_eq!(
@@ -425,6 +472,7 @@ mod tests {
             prompt_tokens: 100.0,
             matched_tokens: 0.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         assert!(estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new()).queue_ms > 0.0);
@@ -443,6 +491,7 @@ mod tests {
             prompt_tokens: 100.0,
             matched_tokens: 0.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         let queue_at = |pod: &mut PodModel, kv_usage| {
@@ -526,6 +575,7 @@ mod tests {
             prompt_tokens: 100.0,
             matched_tokens: 0.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         assert_eq!(
@@ -550,6 +600,7 @@ mod tests {
             prompt_tokens: 5_000.0,
             matched_tokens: 0.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         let cached =

@@ -157,6 +157,7 @@ mod tests {
             prompt_tokens: 5_000.0,
             matched_tokens: 0.0,
             exact: false,
+            session_tokens: 0.0,
             max_output_tokens: None,
         };
         // Nothing is known of the pod yet: half of what the index does not know is assumed

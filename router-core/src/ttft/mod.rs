@@ -28,6 +28,13 @@
 //!   overrun, whichever is longer (a request running long is likely to run longer still; this
 //!   also corrects decodes predicted far too short before the first completion has taught
 //!   anything).
+//! - A conversation's previous answer is cached on the pod that generated it (vLLM caches
+//!   generated tokens' blocks), but the index saw only the previous prompt. When a request's
+//!   session id ([`crate::RouteRequest::session_id`]) names a candidate, that pod's match is
+//!   extended by the learned mean output length (`expected_output`) before whole engine blocks
+//!   are counted: `matched_blocks × block_size / bytes_per_token + expected_output`, at most
+//!   `P`. The answers of `least-ttft` carry the chosen pod's session id so that clients can
+//!   send it back. An engine view (KV events) sees answers itself and gets no such credit.
 //! - The index is not the engine's cache. Completions (or first tokens) that report
 //!   `cached_tokens` teach two per-pod fractions: `trust_p`, the share of index-predicted
 //!   tokens the engine really reused (prior 1; below 1 when the engine evicts), and `extra_p`,
