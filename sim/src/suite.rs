@@ -5,7 +5,7 @@
 //! prefixes than the caches hold, replicas of different speeds, bursts, a stale index), each
 //! drawn for several seeds. [`run_suite`] runs every workload × seed × strategy through
 //! `kvroute-sim run`'s machinery (the given router configuration with the draw's seed, each
-//! replica's `max_num_seqs` told to the router, streaming feedback); [`rows`] averages the
+//! replica's `max_num_seqs` told to the router, the configured feedback); [`rows`] averages the
 //! seeds; [`verdicts`] says, per workload, whether a candidate is as good as the best of the
 //! others.
 
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use kvroute_core::{RouterConfig, StrategySpec};
 
-use crate::cluster::{Cluster, ClusterConfig, SimError};
+use crate::cluster::{Cluster, ClusterConfig, Feedback, SimError};
 use crate::engine::EngineConfig;
 use crate::replicas::{ReplicaSpec, ReplicaSpecError};
 use crate::report::{percentile, PhaseSummary};
@@ -36,6 +36,8 @@ pub struct SuiteConfig {
     pub engine: EngineConfig,
     /// The router's configuration (its seed is replaced by each draw's).
     pub router: RouterConfig,
+    /// What the router learns of each request (`run --feedback`).
+    pub feedback: Feedback,
     /// Threads to run on (at least 1).
     pub threads: usize,
 }
@@ -205,6 +207,7 @@ fn run_cell(
             ..cfg.router.clone()
         },
         pod_events: trace.pod_events.clone(),
+        feedback: cfg.feedback,
         ..ClusterConfig::default()
     };
     let mut cluster = Cluster::new(cluster_cfg).map_err(sim)?;
@@ -553,6 +556,7 @@ mod tests {
             strategies: vec!["random".parse().unwrap(), "least-ttft".parse().unwrap()],
             engine: EngineConfig::default(),
             router: RouterConfig::default(),
+            feedback: Feedback::default(),
             threads: 2,
         };
         let cells = run_suite(&cfg).unwrap();

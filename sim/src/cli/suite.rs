@@ -50,6 +50,10 @@ pub struct SuiteArgs {
     /// [ttft] and [prefix_cache] sections (to see what a setting does on every workload).
     #[arg(long, value_name = "FILE")]
     router_config: Option<PathBuf>,
+    /// What the router learns of each request, as `run --feedback` takes it: streaming (a C
+    /// or Go proxy's view), envoy (kvroute-ext-proc's) or total-only.
+    #[arg(long, default_value = "streaming", value_parser = ["streaming", "envoy", "total-only"])]
+    feedback: String,
     /// Write each workload's trace for every seed (`NAME.SEED.jsonl`) and its replicas
     /// (`NAME.pods`, the --pod values) here for `kvroute-sim run` (with --seed SEED it makes
     /// the suite's run), and print nothing else.
@@ -122,6 +126,8 @@ pub fn suite_cmd(a: SuiteArgs) -> ExitCode {
         seeds: (1..=a.seeds).collect(),
         strategies,
         engine: crate::engine::EngineConfig::default(),
+        // clap accepts only the three values.
+        feedback: crate::cluster::Feedback::parse(&a.feedback).unwrap_or_default(),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let cells = match run_suite(&cfg) {

@@ -40,8 +40,8 @@ fn the_suite_section_shows_what_suite_prints() {
     let tables = md_tables(&body);
     assert_eq!(
         tables.len(),
-        6,
-        "workloads, suite's two, the example's two, the settings"
+        7,
+        "workloads, suite's two, the example's two, envoy feedback's verdicts, the settings"
     );
 
     // The workload list.
@@ -70,11 +70,20 @@ fn the_suite_section_shows_what_suite_prints() {
     let example = suite(&args.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!(example.status.code(), Some(0), "without --require");
     let example = text(&example.stdout);
+    assert!(
+        section
+            .lines
+            .iter()
+            .any(|l| *l == "kvroute-sim suite --feedback envoy"),
+        "the envoy feedback command"
+    );
+    let envoy = text(&suite(&["--feedback", "envoy"]).stdout);
     for (shown, printed) in [
         (&tables[1], &full),
         (&tables[2], &full),
         (&tables[3], &example),
         (&tables[4], &example),
+        (&tables[5], &envoy),
     ] {
         let want = table_rows(printed, shown[0]);
         assert_eq!(shown[2..], want[..], "{}\n{printed}", shown[0]);
@@ -106,7 +115,7 @@ fn the_suite_section_shows_what_suite_prints() {
     // The settings table: each row's verdicts from a run with that one setting.
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-suite");
     std::fs::create_dir_all(&dir).expect("a scratch directory");
-    let rows = &tables[5][2..];
+    let rows = &tables[6][2..];
     let printed: Vec<String> = std::thread::scope(|scope| {
         let runs: Vec<_> = rows
             .iter()
