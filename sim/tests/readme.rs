@@ -604,7 +604,7 @@ fn runnable_examples_run_as_written_and_print_what_the_readme_says() {
     assert_eq!(by_sub("bar"), 3, "{examples:?}");
     assert_eq!(by_sub("run"), 6, "{examples:?}");
     assert_eq!(by_sub("serve"), 1, "{examples:?}");
-    assert_eq!(by_sub("suite"), 1, "{examples:?}");
+    assert_eq!(by_sub("suite"), 2, "{examples:?}");
     // The simulations at once (2 cores: about 5 s), the server meanwhile.
     std::thread::scope(|scope| {
         for (c, block) in &examples {

@@ -186,8 +186,10 @@ impl PodModel {
     /// engine still runs, looks the same and only delays learning), over at least
     /// `MIN_ENGINE_PREFILLS` engine blocks of prompt tokens: learns `trust` (hits on the
     /// indexed tokens) and `extra` (hits beyond them) from the engine's prefix-cache hits as
-    /// [`super::learn()`] does per request, and returns the prompt bytes per scheduled token
-    /// for the router-wide estimate.
+    /// [`super::learn()`] does per request, where completions do not report cached tokens,
+    /// and returns the prompt bytes per scheduled token for the router-wide estimate. While
+    /// the pod's probe waits for its answer, a window of one engine block answers it
+    /// (whatever completions report): the probe's usage may come a whole decode later.
     fn learn_from_routed(
         &mut self,
         s: &EngineSnapshot,
@@ -217,7 +219,11 @@ impl PodModel {
         }
         let tokens = (queries - base.queries) as f64;
         let block = f64::from(cfg.engine_block_tokens);
-        if tokens < MIN_ENGINE_PREFILLS as f64 * block {
+        // A probe out whose answer has not come: the first window with a block of prompt
+        // tokens answers it.
+        let probing = self.probe.is_some() && !self.extra.sampled();
+        let min_prefills = if probing { 1 } else { MIN_ENGINE_PREFILLS };
+        if tokens < min_prefills as f64 * block {
             return None;
         }
         self.engine_rates.routed = Some(now);
@@ -225,7 +231,7 @@ impl PodModel {
         // the engine's count of the same prompts rescales them (the index's promise with them),
         // so a bytes-per-token estimate still far off does not read as a cache losing tokens.
         let routed_tokens = now.estimated_tokens() - base.estimated_tokens();
-        if self.cached_tokens == Reports::Missing && routed_tokens > 0.0 {
+        if (self.cached_tokens == Reports::Missing || probing) && routed_tokens > 0.0 {
             let scale = tokens / routed_tokens;
             self.learn_reuse(
                 (hits - base.hits) as f64,
@@ -233,6 +239,9 @@ impl PodModel {
                 scale * (now.unindexed_tokens - base.unindexed_tokens),
                 cfg,
             );
+            if probing && self.extra.sampled() {
+                self.probe = None;
+            }
         }
         let bytes = now.prompt_bytes - base.prompt_bytes;
         (bytes > 0.0).then(|| bytes / tokens)
@@ -482,6 +491,53 @@ mod tests {
             Some(5.6),
             "ours alone"
         );
+    }
+
+    #[test]
+    fn a_window_answers_a_probe_whose_completion_has_not_come() {
+        let c = cfg();
+        let snap = |running, queries, hits| EngineSnapshot {
+            running,
+            prefix_queries: Some(queries),
+            prefix_hits: Some(hits),
+            ..Default::default()
+        };
+        // A pod whose window starts idle, then gets one 5,000-token prompt (28,000 bytes) the
+        // index placed nowhere, still decoding (ticket `n`).
+        let routed_one = |reports, n| {
+            let mut pod = PodModel::new(&c);
+            pod.cached_tokens = reports;
+            pod.observe(snap(0, 0, 0), t(0), &c);
+            let ticket = crate::ids::Ticket(n);
+            pod.open = vec![super::super::OpenRequest::new(ticket, t(1), 2_500.0, None)];
+            pod.routed.prompt_bytes += 28_000.0;
+            pod.routed.unindexed_tokens += 5_000.0;
+            (pod, ticket)
+        };
+        // Completions carry cached tokens (timed responses behind Envoy), so windows teach
+        // no reuse, except to answer a probe sent to find out whether the pod is warm.
+        for reports in [Reports::Unknown, Reports::Present] {
+            let (mut pod, probe) = routed_one(reports, 7);
+            pod.probe = Some(probe);
+            // Its prefill scheduled: 4,704 of the 5,000 tokens came from the cache. One block
+            // of prompt tokens is enough (a sample otherwise needs four).
+            pod.observe(snap(1, 5_000, 4_704), t(2), &c);
+            assert!(pod.extra.sampled(), "{reports:?}");
+            let extra = pod.extra.get();
+            assert!((extra - 0.9408).abs() < 1e-9, "{extra}");
+            assert_eq!(pod.probe, None, "answered: another may not go out");
+            assert!(!pod.may_probe());
+            // Answered, the pod is back to completions for its reuse: a further window with
+            // less than four blocks teaches nothing.
+            pod.routed.prompt_bytes += 28_000.0;
+            pod.routed.unindexed_tokens += 5_000.0;
+            pod.observe(snap(1, 10_000, 5_000), t(3), &c);
+            assert_eq!(pod.extra.get(), extra);
+        }
+        // Without a probe out, the same window teaches nothing.
+        let (mut pod, _) = routed_one(Reports::Present, 8);
+        pod.observe(snap(1, 5_000, 4_704), t(2), &c);
+        assert!(!pod.extra.sampled());
     }
 
     #[test]
