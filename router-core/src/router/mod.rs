@@ -189,9 +189,11 @@ struct JobSize {
     /// block size.
     block_tokens: f64,
     max_output_tokens: Option<u32>,
-    /// The pod the request's session id names, if it is a candidate: it computed the
-    /// conversation's previous turn, answer included.
-    session_pod: Option<PodId>,
+    /// The index of the pod the request's session id names, if it is a candidate (it computed
+    /// the conversation's previous turn, answer included), else `usize::MAX`. (Not an
+    /// `Option<PodId>`: comparing one in optimised code reads a `None`'s unset payload, which
+    /// valgrind reports in the C ABI's tests.)
+    session_pod: usize,
     /// The previous turn's answer as the model expects it (the learned output length), in
     /// tokens: what the session's pod holds beyond the index's match.
     answer_tokens: f64,
@@ -203,7 +205,7 @@ impl JobSize {
             prompt_tokens: self.prompt_tokens,
             matched_tokens: f64::from(c.matched) * self.block_tokens,
             exact,
-            session_tokens: if self.session_pod == Some(c.pod) {
+            session_tokens: if self.session_pod == c.pod.index() {
                 self.answer_tokens
             } else {
                 0.0

@@ -28,7 +28,7 @@ impl Router {
                 (&*p.address, p.data_parallel_rank)
             }),
         );
-        let session_pod = s.session.map(|i| s.cands[i].pod);
+        let session_pod = s.session.map_or(usize::MAX, |i| s.cands[i].pod.index());
         let answer_tokens = self.global.output_tokens.get();
         let size = match req.tokens {
             Some(t) => JobSize {
