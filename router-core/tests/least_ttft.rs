@@ -9,6 +9,14 @@ use kvroute_core::{
     TicketError,
 };
 
+/// A successful completion with these timings.
+fn success(timings: kvroute_core::Timings) -> Completion {
+    Completion {
+        outcome: Outcome::Success,
+        timings,
+    }
+}
+
 fn ttft_config() -> RouterConfig {
     RouterConfig {
         seed: 21,
@@ -96,15 +104,8 @@ fn least_ttft_learns_from_completion_timings() {
             prompt_tokens: Some(d.prediction.prompt_tokens),
             cached_tokens: Some(0),
         };
-        r.complete(
-            d.ticket,
-            Completion {
-                outcome: Outcome::Success,
-                timings,
-            },
-            t(i * 10_000 + 9_000),
-        )
-        .unwrap();
+        r.complete(d.ticket, success(timings), t(i * 10_000 + 9_000))
+            .unwrap();
         worst_seen = worst_seen.max(ttft);
     }
     let h = r.hash_config().hashes(&[b'z'; 28_000]);
@@ -325,10 +326,7 @@ fn reported_times_longer_than_the_time_since_routing_are_cut_to_it() {
         output_tokens: Some(128),
         ..Default::default()
     };
-    let completion = kvroute_core::Completion {
-        outcome: Outcome::Success,
-        timings: done,
-    };
+    let completion = success(done);
     r.complete(d.ticket, completion, t(1_000)).unwrap();
     let after = r.pod(pods[0]).unwrap().prefill_tokens_per_s;
     assert!(after > before / 2.0, "{before} -> {after}");
@@ -360,10 +358,7 @@ fn usage_missing_at_the_first_token_is_learned_at_the_completion() {
         prompt_tokens: Some(3_496), // 27,968 bytes counted: 8 bytes per token
         cached_tokens: Some(0),
     };
-    let done = Completion {
-        outcome: Outcome::Success,
-        timings: usage,
-    };
+    let done = success(usage);
     r.complete(d.ticket, done, t(8_000)).unwrap();
     let learned = r.stats().prompt_bytes_per_token;
     assert!(
@@ -399,10 +394,7 @@ fn a_first_token_with_usage_is_not_learned_again_at_the_completion() {
         prompt_tokens: Some(6_992), // 4 bytes per token
         cached_tokens: Some(0),
     };
-    let done = Completion {
-        outcome: Outcome::Success,
-        timings: other,
-    };
+    let done = success(other);
     r.complete(d.ticket, done, t(8_000)).unwrap();
     assert_eq!(learned(&r), after_first);
 }
@@ -455,10 +447,7 @@ fn an_engine_window_replaces_the_bytes_per_token_prior() {
             total_ms: Some(5_000),
             ..Default::default()
         };
-        let done = Completion {
-            outcome: Outcome::Success,
-            timings: total_only,
-        };
+        let done = success(total_only);
         r.complete(d.ticket, done, t(5_001)).unwrap();
     }
     assert_eq!(r.stats().prompt_bytes_per_token, 5.6, "the prior");
@@ -722,15 +711,7 @@ fn a_session_id_credits_its_pod_with_the_previous_answer() {
             prompt_tokens: Some(d.prediction.prompt_tokens),
             cached_tokens: Some(0),
         };
-        r.complete(
-            d.ticket,
-            Completion {
-                outcome: Outcome::Success,
-                timings,
-            },
-            t(at),
-        )
-        .unwrap();
+        r.complete(d.ticket, success(timings), t(at)).unwrap();
     };
     let mut cached = Vec::new();
     for with_session in [false, true] {
