@@ -14,8 +14,10 @@
 //!   request, which goes back to the head of the queue and recomputes.
 //! - Prefix caching: at admission the leading prompt blocks already cached are reused, at most
 //!   `⌊(prompt − 1) / block⌋` blocks (one token is always computed). A prompt block becomes
-//!   reusable by later requests when the step that computes it finishes. A request given its
-//!   answer's tokens ([`Engine::cache_answer`]) also leaves the complete blocks of its prompt
+//!   reusable by later requests when the step that computes it is scheduled, as vLLM V1's KV
+//!   cache manager caches a request's full blocks when it allocates their slots
+//!   (`allocate_slots`): a request scheduled after it, even in the same step, reuses it. A
+//!   request given its answer's tokens ([`Engine::cache_answer`]) also leaves the complete blocks of its prompt
 //!   and answer cached when it finishes, as vLLM caches the blocks its generated tokens fill
 //!   (what the next turn of a conversation, which sends them back, reuses).
 //! - Counters are cumulative: prefix-cache queries (prompt tokens at each admission) and hits
@@ -31,7 +33,7 @@
 //!   its prompt and output tokens (`request_prompt_tokens`, `request_generation_tokens`).
 //!   Those four count the `finished` requests (aborted ones are not counted, as in vLLM).
 //! - KV events (off unless [`Engine::record_kv_events`]): every prompt block cached (when its
-//!   step finishes, or by [`Engine::prime`]), every cached block evicted and every cache reset
+//!   step is scheduled, or by [`Engine::prime`]), every cached block evicted and every cache reset
 //!   is recorded as a [`BlockEvent`], in order, as vLLM publishes them; [`Engine::drain_kv_events`]
 //!   takes them.
 
@@ -487,6 +489,32 @@ impl Engine {
         }
     }
 
+    /// Caches the complete prompt blocks the `n` tokens just scheduled for running request `i`
+    /// fill, as vLLM V1 caches them when it allocates their slots (before the step computes
+    /// them): a request scheduled later, in this step or after, reuses them.
+    fn cache_scheduled(&mut self, i: usize, n: u32) {
+        let bs = self.config.block_size;
+        let r = &mut self.running[i];
+        let full = ((r.computed + n).min(r.prompt_len) / bs) as usize;
+        while r.shared.len() < full.min(r.hashes.len()) {
+            let h = r.hashes[r.shared.len()];
+            if !self.pool.promote(h) {
+                break;
+            }
+            if self.pool.recording() {
+                let i = r.shared.len();
+                let b = bs as usize;
+                self.pool.log(BlockEvent::Stored {
+                    hash: h,
+                    parent: i.checked_sub(1).map(|p| r.hashes[p]),
+                    tokens: r.tokens[i * b..(i + 1) * b].to_vec(),
+                });
+            }
+            r.private -= 1;
+            r.shared.push(h);
+        }
+    }
+
     /// Schedules one batch at the current time and returns its duration in µs, or `None` if
     /// there is nothing to run (or a step is already in progress).
     pub fn start_step(&mut self) -> Option<u64> {
@@ -520,8 +548,9 @@ impl Engine {
                 }
                 continue;
             }
+            self.running[i].private += need;
+            self.cache_scheduled(i, n);
             let r = &mut self.running[i];
-            r.private += need;
             if r.computed >= r.prompt_len && n == 1 {
                 decode_seqs += 1;
             } else {
@@ -571,6 +600,7 @@ impl Engine {
                 tokens: n,
             });
             self.running.push(r);
+            self.cache_scheduled(self.running.len() - 1, n);
         }
 
         if self.batch.is_empty() {
@@ -592,7 +622,6 @@ impl Engine {
         self.in_step = false;
         self.clock_us += self.step_us;
         let end_us = self.clock_us;
-        let bs = self.config.block_size;
         let batch = std::mem::take(&mut self.batch);
         for s in &batch {
             let Some(i) = self.running.iter().position(|r| r.id == s.id) else {
@@ -604,26 +633,6 @@ impl Engine {
             if before < r.prompt_len {
                 self.counters.prompt_tokens_computed +=
                     u64::from(r.computed.min(r.prompt_len) - before);
-            }
-            // Newly complete prompt blocks become reusable.
-            let full = ((r.computed.min(r.prompt_len)) / bs) as usize;
-            while r.shared.len() < full.min(r.hashes.len()) {
-                let h = r.hashes[r.shared.len()];
-                if self.pool.promote(h) {
-                    if self.pool.recording() {
-                        let i = r.shared.len();
-                        let b = bs as usize;
-                        self.pool.log(BlockEvent::Stored {
-                            hash: h,
-                            parent: i.checked_sub(1).map(|p| r.hashes[p]),
-                            tokens: r.tokens[i * b..(i + 1) * b].to_vec(),
-                        });
-                    }
-                    r.private -= 1;
-                    r.shared.push(h);
-                } else {
-                    break;
-                }
             }
             if r.computed == r.num_tokens() {
                 r.generated += 1;

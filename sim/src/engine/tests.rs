@@ -42,6 +42,28 @@ fn second_request_reuses_whole_blocks_only() {
     assert_eq!(c.kv_usage, 0.0);
 }
 
+/// vLLM V1 caches a request's complete blocks when it allocates their slots, so a request
+/// admitted later in the same step reuses the blocks the step is computing for an earlier one.
+#[test]
+fn a_request_admitted_in_the_same_step_reuses_the_blocks_being_computed() {
+    let mut e = Engine::new(EngineConfig::default()).unwrap();
+    let p = prompt(1, 5000);
+    e.submit(1, &p, 4).unwrap();
+    e.submit(2, &p, 4).unwrap();
+    let d = e.start_step().expect("a step");
+    assert_eq!(e.counters().running, 2);
+    assert_eq!(e.counters().prefix_cache_hits, 3 * 1568);
+    // One step computes the first prompt and the second's uncached tail, no more.
+    assert_eq!(
+        d,
+        StepTimeModel::default().step_us(0, 5000 + (5000 - 3 * 1568))
+    );
+    let mut out = Vec::new();
+    e.finish_step(&mut out);
+    let cached: Vec<(u64, u32)> = out.iter().map(|ev| (ev.id, ev.cached_tokens)).collect();
+    assert_eq!(cached, [(1, 0), (2, 3 * 1568)]);
+}
+
 #[test]
 fn at_most_max_num_seqs_run_and_the_rest_wait_fcfs() {
     let mut e = Engine::new(EngineConfig::default()).unwrap();
