@@ -49,9 +49,9 @@
 //!   with its last chunk, a whole decode after its prefill; meanwhile the pod is priced cold.
 //!   In the simulator's warm-engines-behind-a-skewed-index workload with envoy feedback,
 //!   answering from the next scrape instead kept 5.4 ± 2.1 points more requests within the
-//!   SLO over 24 seeds, and changed no other workload beyond its noise.) (Assumed 0, a warm pod behind an index that never saw
-//!   it would never be tried, so never learned; where a pod is really cold the probe costs
-//!   one prefill predicted too short.) Pods whose
+//!   SLO over 24 seeds, and changed no other workload beyond its noise.) (Assumed 0, a warm
+//!   pod behind an index that never saw it would never be tried, so never learned; where a
+//!   pod is really cold the probe costs one prefill predicted too short.) Pods whose
 //!   completions come without cached tokens (behind Envoy) are not probed: no single request
 //!   could answer, and engine counters teach `extra_p` there.
 //! - Exploration (`explore_wait_ms`, default 500 ms): when the pod `least-ttft` would pick

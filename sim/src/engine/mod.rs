@@ -17,9 +17,10 @@
 //!   reusable by later requests when the step that computes it is scheduled, as vLLM V1's KV
 //!   cache manager caches a request's full blocks when it allocates their slots
 //!   (`allocate_slots`): a request scheduled after it, even in the same step, reuses it. A
-//!   request given its answer's tokens ([`Engine::cache_answer`]) also leaves the complete blocks of its prompt
-//!   and answer cached when it finishes, as vLLM caches the blocks its generated tokens fill
-//!   (what the next turn of a conversation, which sends them back, reuses).
+//!   request given its answer's tokens ([`Engine::cache_answer`]) also leaves the complete
+//!   blocks of its prompt and answer cached when it finishes, as vLLM caches the blocks its
+//!   generated tokens fill (what the next turn of a conversation, which sends them back,
+//!   reuses).
 //! - Counters are cumulative: prefix-cache queries (prompt tokens at each admission) and hits
 //!   (tokens reused), as vLLM's `prefix_cache_queries`/`prefix_cache_hits`; and the timing
 //!   histograms' sums and counts, in engine time (the sum of the durations of the steps run):
