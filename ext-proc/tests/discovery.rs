@@ -131,6 +131,26 @@ impl Grpc {
 
     /// Routes `GET /v1/models` with header `model`, keeping the stream open.
     fn open(&mut self, model: &str) -> (Open, Decision) {
+        let (open, reply) = self.open_reply(model);
+        (open, decision(&reply))
+    }
+
+    /// The status and JSON body of the `ImmediateResponse` that rejects `model`'s request.
+    fn rejection(&mut self, model: &str) -> (u16, serde_json::Value) {
+        let (open, reply) = self.open_reply(model);
+        self.close(open);
+        match &reply.response {
+            Some(Response::ImmediateResponse(i)) => (
+                i.status.as_ref().map_or(0, |s| s.code as u16),
+                serde_json::from_slice(&i.body).expect("a JSON body"),
+            ),
+            _ => panic!("not rejected: {reply:?}"),
+        }
+    }
+
+    /// Sends the request headers of `GET /v1/models` with header `model`; the stream and
+    /// kvroute's reply.
+    fn open_reply(&mut self, model: &str) -> (Open, ProcessingResponse) {
         let first = get_models_headers(model);
         let client = &mut self.client;
         self.rt.block_on(async {
@@ -146,7 +166,7 @@ impl Grpc {
                 .expect("no reply within 5 s")
                 .expect("gRPC error")
                 .expect("a reply");
-            ((tx, replies), decision(&reply))
+            ((tx, replies), reply)
         })
     }
 
@@ -227,38 +247,59 @@ const AIBRIX: &str = "mode = \"aibrix\"";
 #[test]
 fn readyz_is_503_until_the_first_complete_list() {
     let api = FakeApi::start();
-    for (i, ip) in ["10.0.0.1", "10.0.0.2", "10.0.0.3"].iter().enumerate() {
+    let ips = ["10.0.0.1", "10.0.0.2", "10.0.0.3"];
+    for (i, ip) in ips.iter().enumerate() {
         let ns = ["a", "b", "c"][i];
         api.add_pod(&VllmPod::aibrix(&format!("vllm-{i}"), "llama", ip).ns(ns));
     }
     // A pod without the model label is not selected.
     api.add_pod(&VllmPod::new("other", Some("10.0.0.9")));
-    api.fail_lists(2);
+    // Every list fails until the test lets them succeed: nothing is listed before then.
+    api.fail_lists(u32::MAX);
     api.set_page_size(1); // three pages: the continue tokens are followed
     let kv = Kv::start(&api, "readyz", AIBRIX);
-    kv.wait("a failed list counted", || kv.errors() > 0);
-    let before = api.list_calls();
-    let status = kv.readyz();
-    let after = api.list_calls();
-    println!("list calls {before}..{after}, /readyz {status} while lists fail");
-    if after <= 2 {
-        assert_eq!(status, 503, "ready before any list succeeded");
+    let mut grpc = Grpc::connect(&kv.ext.grpc);
+    // After the first failed list and after its retry (kube backs off from 0.8 s), /readyz
+    // says not ready, and a request for the model is refused as for a model no pod serves
+    // (README, Discovery: 400 `model_not_found` until one of its pods has been seen).
+    for failures in 1..=2 {
+        kv.wait(&format!("{failures} failed list(s) counted"), || {
+            kv.errors() >= failures
+        });
+        let r = http(&kv.ext.admin, "GET", "/readyz", &[], b"");
+        println!(
+            "{} list calls, {} counted failed: /readyz {}",
+            api.list_calls(),
+            kv.errors(),
+            r.status
+        );
+        assert_eq!(
+            (r.status, r.text().as_str()),
+            (503, "not ready\n"),
+            "ready before any list succeeded"
+        );
+        let (status, body) = grpc.rejection("llama");
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
     }
-    // kube's backoff after two failures: 0.8-1.6 s, then 1.6-3.2 s.
+    // Lists succeed from now on: ready at the next retry, and the three pods take requests.
+    api.fail_lists(0);
     let waited = kv.wait_secs("/readyz 200", 10, || kv.readyz() == 200);
     let m = kv.metrics();
+    let failed = metric_sum(&m, "kvroute_discovery_errors_total ");
     println!(
-        "ready {waited:?} after the first failure; errors {}; list calls {}",
-        metric_sum(&m, "kvroute_discovery_errors_total "),
+        "ready {waited:?} after lists were let succeed; {failed} failed lists; list calls {}",
         api.list_calls()
     );
-    assert!(
-        metric_sum(&m, "kvroute_discovery_errors_total ") >= 2,
-        "{m}"
-    );
+    assert!(failed >= 2, "{m}");
     assert_eq!(kv.pods("llama", "ready"), 3, "{m}");
-    // Two failures, then one list of three one-item pages; every namespace (/api/v1/pods).
-    assert_eq!(api.list_calls(), 5);
+    let want: Vec<String> = ips.iter().map(|ip| format!("{ip}:8000")).collect();
+    let want: Vec<&str> = want.iter().map(String::as_str).collect();
+    grpc.until_spread(&["llama"], &want);
+    // Each failed list was one call counted once; then one list of three one-item pages.
+    // Every namespace (/api/v1/pods).
+    assert_eq!(api.list_calls(), failed + 3, "{m}");
     let lists: Vec<String> = (api.requests().into_iter())
         .filter(|r| !r.contains("watch=true"))
         .collect();
@@ -267,6 +308,8 @@ fn readyz_is_503_until_the_first_complete_list() {
             && r.contains("labelSelector=model.aibrix.ai%2Fname")),
         "{lists:?}"
     );
+    let firsts = lists.iter().filter(|r| !r.contains("continue=")).count();
+    assert_eq!(firsts as u64, failed + 1, "{lists:?}");
     assert_eq!(lists.iter().filter(|r| r.contains("continue=")).count(), 2);
     assert!(kv.log().contains("discovery: first list complete"));
 }

@@ -484,13 +484,17 @@ fn hot50_prefix_cache_pins_the_hot_family_while_least_request_splits() {
         "only the 8 primers found nothing"
     );
     let (hot_on_b, total_on_b, _) = run(Strategy::LeastRequest);
-    assert!(
-        (18..=30).contains(&hot_on_b),
-        "least-request splits the hot family: {hot_on_b}/48 on B"
+    // The first eight requests split 4 / 4 (a tie is broken at random only when both pods hold
+    // as many, and the next request goes to the other); from then on each completion frees the
+    // pod that takes the next request, so the traffic splits exactly in half. The hot family's
+    // share follows the shuffle: about half, with a binomial spread of ±3.5 requests.
+    assert_eq!(
+        total_on_b, 48,
+        "least-request splits the traffic: {total_on_b}/96 on B"
     );
     assert!(
-        (40..=56).contains(&total_on_b),
-        "least-request splits the traffic: {total_on_b}/96 on B"
+        (24 - 7..=24 + 7).contains(&hot_on_b),
+        "least-request splits the hot family: {hot_on_b}/48 on B"
     );
 }
 

@@ -60,35 +60,77 @@ fn assert_none(misses: Vec<String>) {
     assert!(misses.is_empty(), "{}", misses.join("\n"));
 }
 
-/// Two replicas, all eight phases: least-ttft meets the bar with the study's salts and with
-/// three other draws of salts and router randomness. With every prior 50% off, either way, it
+/// The phases among `phases` (by label prefix) where least-ttft's means over `draws` draws of
+/// `cfg` (its salts and router randomness, `StudyConfig::variant`) miss the bar, with no
+/// slack: mean within-SLO count at
+/// least the mean of each draw's best other strategy, mean TTFT P95 at most 1.1× theirs (except
+/// in the phases `p95_exempt` names), mean token hits at least least-request's (within 0.1
+/// point). One draw of cold / 1 swings by a request or two either way; the means do not.
+fn mean_misses(
+    tag: &str,
+    cfg: &StudyConfig,
+    draws: u64,
+    phases: &[&str],
+    p95_exempt: &[&str],
+) -> Vec<String> {
+    let mut rows = Vec::new();
+    for variant in 0..draws {
+        let cfg = StudyConfig {
+            variant,
+            ..cfg.clone()
+        };
+        let drawn = compare(&format!("{tag}, variant {variant}"), &cfg);
+        rows.extend(drawn.into_iter().map(|r| (variant.to_string(), r)));
+    }
+    let bar = Bar::default();
+    let mut out = Vec::new();
+    let means = bar::means(&rows, &bar);
+    for m in means
+        .iter()
+        .filter(|m| phases.iter().any(|p| m.label.starts_with(p)))
+    {
+        if m.slo < m.best_slo {
+            out.push(format!(
+                "{tag} {}: mean {} within SLO < {}",
+                m.label, m.slo, m.best_slo
+            ));
+        }
+        let exempt = p95_exempt.contains(&m.label.as_str());
+        if m.ttft_p95_s > bar.ttft_ratio * m.best_ttft_p95_s && !exempt {
+            out.push(format!(
+                "{tag} {}: mean TTFT P95 {:.3} > {} × {:.3}",
+                m.label, m.ttft_p95_s, bar.ttft_ratio, m.best_ttft_p95_s
+            ));
+        }
+        if m.hit_percent < m.least_request_hit_percent - bar.hit_slack_points {
+            out.push(format!(
+                "{tag} {}: mean hits {:.1}% < least-request's {:.1}%",
+                m.label, m.hit_percent, m.least_request_hit_percent
+            ));
+        }
+    }
+    out
+}
+
+/// Two replicas, all eight phases: least-ttft meets the bar on the means over eight draws (the
+/// study's salts and seven others), in every phase. With every prior 50% off, either way, it
 /// meets it in every phase but cold / 1, which runs mostly before the first answers teach
-/// anything (priors 50% high: 86 within SLO against prefix-cache's 89; at half: 85).
+/// anything (means over the eight draws: priors 50% high 86.0 within SLO against 87.9; at half
+/// 84.9, TTFT P95 3.31 s against 2.68 s).
 #[test]
 #[cfg_attr(
     debug_assertions,
     ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
 )]
 fn least_ttft_meets_the_bar_in_every_phase() {
-    let mut all = Vec::new();
-    for variant in 0..=3 {
-        let cfg = StudyConfig { variant, ..study() };
-        all.extend(misses(
-            &compare(&format!("variant {variant}"), &cfg),
-            &ALL,
-            1.1,
-        ));
-    }
+    let mut all = mean_misses("study", &study(), 8, &ALL, &[]);
     for f in [1.5, 0.5] {
         let cfg = StudyConfig {
             ttft_priors: scaled_priors(f),
             ..study()
         };
-        all.extend(misses(
-            &compare(&format!("priors x{f}"), &cfg),
-            &ALL_BUT_COLD_ONE,
-            1.1,
-        ));
+        let tag = format!("priors x{f}");
+        all.extend(mean_misses(&tag, &cfg, 8, &ALL_BUT_COLD_ONE, &[]));
     }
     assert_none(all);
 }
@@ -97,13 +139,14 @@ fn least_ttft_meets_the_bar_in_every_phase() {
 /// the router learns first tokens, usage and cached tokens only from those, at their
 /// completion; with `[stream_timing] max_streams = 0` (`Feedback::TotalOnly`) it is told only
 /// each request's total time. Both learn the rest from engine snapshots, here every simulated
-/// second (kvroute-ext-proc's default scrape interval). With the study's salts and three other
-/// draws, behind Envoy least-ttft gets within one request of the best SLO count in every phase
-/// (cold / 1 88 against 89) and meets the TTFT P95 bar in every phase. Told total times only,
-/// it gets within two (cold / 1 87 against 89) and meets the P95 bar in the cold and hotspot
-/// phases but not in warm / 2 (every request within SLO, P95 0.50–0.57 s against 0.19 s): no
-/// single answer says that the engine the index does not credit is warm, and the engine
-/// counters tell it only over windows between idle queues.
+/// second (kvroute-ext-proc's default scrape interval). One draw of cold / 1 swings by a request
+/// or two either way, so the bar is held by the means over eight draws (the study's salts and
+/// seven others), in every phase and with no slack: least-ttft's mean within-SLO count at least
+/// the mean of each draw's best other strategy, its mean TTFT P95 at most 1.1× theirs. One
+/// exception, told total times only: in warm / 2 every request is within the SLO but the TTFT
+/// P95 is about 0.5 s against 0.19 s, because no single answer says that the engine the index
+/// does not credit is warm, and the engine counters tell it only over windows between idle
+/// queues.
 #[test]
 #[cfg_attr(
     debug_assertions,
@@ -111,36 +154,18 @@ fn least_ttft_meets_the_bar_in_every_phase() {
 )]
 fn behind_envoy_feedback_keeps_the_slo() {
     let mut all = Vec::new();
-    let checks: [(Feedback, usize, &[&str]); 2] = [
-        (Feedback::Envoy, 1, &ALL),
-        (Feedback::TotalOnly, 2, &["cold", "hot50", "hot90"]),
-    ];
-    for (feedback, slo_slack, p95_phases) in checks {
-        for variant in 0..=3 {
-            let cfg = StudyConfig {
-                variant,
-                feedback,
-                snapshot_every_ms: 1_000,
-                ..study()
-            };
-            let rows = compare(&format!("{feedback:?} feedback, variant {variant}"), &cfg);
-            let slack = Bar {
-                slo_slack,
-                ttft_ratio: f64::INFINITY,
-                hit_slack_points: f64::INFINITY,
-            };
-            let p95_only = Bar {
-                slo_slack: usize::MAX / 2,
-                hit_slack_points: f64::INFINITY,
-                ..Bar::default()
-            };
-            all.extend(
-                misses_of(&rows, &ALL, &slack)
-                    .into_iter()
-                    .chain(misses_of(&rows, p95_phases, &p95_only))
-                    .map(|m| format!("{feedback:?} {m}")),
-            );
-        }
+    for feedback in [Feedback::Envoy, Feedback::TotalOnly] {
+        let cfg = StudyConfig {
+            feedback,
+            snapshot_every_ms: 1_000,
+            ..study()
+        };
+        let exempt: &[&str] = match feedback {
+            Feedback::TotalOnly => &["warm / 2"],
+            _ => &[],
+        };
+        let tag = format!("{feedback:?} feedback");
+        all.extend(mean_misses(&tag, &cfg, 8, &ALL, exempt));
     }
     assert_none(all);
 }

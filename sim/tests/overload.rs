@@ -84,7 +84,8 @@ fn below_saturation_the_study_is_routed_as_without_admission() {
         {
             assert_eq!((c.differ, c.shed), (0, 0), "{c:?}");
         }
-        // Where it sheds, it keeps about as many within the SLO.
-        assert!(c.within_slo_on + 3 >= c.within_slo_off, "{c:?}");
+        // Where it sheds, a shed request costs at most its own place within the SLO: taking
+        // load off a replica never makes the requests it keeps miss.
+        assert!(c.within_slo_on + c.shed >= c.within_slo_off, "{c:?}");
     }
 }
