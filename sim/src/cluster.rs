@@ -298,6 +298,8 @@ pub struct Cluster {
     /// [`ClusterConfig::kv_events`]: each engine's next batch number, and scratch.
     kv_seq: Vec<u64>,
     kv_scratch: Vec<BlockEvent>,
+    /// [`ClusterConfig::kv_events`]: each engine's cache as its published events tell it.
+    published: Vec<kv::PublishedCache>,
     /// Requests the router holds: the request and its keys, to offer again.
     queued: BTreeMap<QueueId, (usize, Keyed)>,
     /// [`ClusterConfig::pod_events`]: which pods are listed and alive, and what is to come.
@@ -393,6 +395,7 @@ impl Cluster {
             timed_open: 0,
             timed_total: 0,
             timed_peak: 0,
+            published: vec![kv::PublishedCache::default(); kv_seq.len()],
             kv_seq,
             kv_scratch: Vec::new(),
             queued: BTreeMap::new(),

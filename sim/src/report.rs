@@ -96,6 +96,11 @@ pub struct RequestRecord {
     /// was routed (what it would have served had it been admitted at once).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub held_cached_tokens: Option<u32>,
+    /// The simulator, with `--kv-events`: the prompt tokens the chosen engine's published KV
+    /// events said it held when the request was routed (what an engine view that has applied
+    /// every event can know; `held_cached_tokens` less the blocks of the step in progress).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub published_cached_tokens: Option<u32>,
     /// Output tokens received.
     pub output_tokens: Option<u32>,
     /// Success and within every SLO bound.

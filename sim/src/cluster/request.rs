@@ -105,6 +105,11 @@ impl Cluster {
         rec.decision = Some(d.to_string());
         rec.predicted_cached_tokens = Some(d.prediction.cached_tokens);
         rec.held_cached_tokens = Some(self.engines[pod].cached_prefix_tokens(&keyed.ids));
+        if self.config.kv_events {
+            let block_size = self.config.engine.block_size;
+            let published = self.published[pod].cached_prefix_tokens(&keyed.ids, block_size);
+            rec.published_cached_tokens = Some(published);
+        }
         let l = &mut live[id];
         l.routed_us = now;
         l.pod = pod;
