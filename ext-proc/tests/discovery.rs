@@ -73,6 +73,22 @@ impl Kv {
         metric_sum(&self.metrics(), "kvroute_discovery_errors_total ")
     }
 
+    /// Waits until `failures` failed lists are counted, then asserts `/readyz` says not ready
+    /// (`why` explains the expectation).
+    fn assert_not_ready_after(&self, api: &FakeApi, failures: u64, why: &str) {
+        self.wait(&format!("{failures} failed list(s) counted"), || {
+            self.errors() >= failures
+        });
+        let r = http(&self.ext.admin, "GET", "/readyz", &[], b"");
+        println!(
+            "{} list calls, {} counted failed: /readyz {}",
+            api.list_calls(),
+            self.errors(),
+            r.status
+        );
+        assert_eq!((r.status, r.text().as_str()), (503, "not ready\n"), "{why}");
+    }
+
     /// Waits (5 s) until `f` holds; panics with the metrics and the log otherwise.
     fn wait(&self, what: &str, f: impl FnMut() -> bool) -> Duration {
         self.wait_secs(what, 5, f)
@@ -135,17 +151,19 @@ impl Grpc {
         (open, decision(&reply))
     }
 
-    /// The status and JSON body of the `ImmediateResponse` that rejects `model`'s request.
-    fn rejection(&mut self, model: &str) -> (u16, serde_json::Value) {
+    /// Asserts that `model`'s request is refused as for a model no pod serves: an
+    /// `ImmediateResponse` 400 with an OpenAI-style `model_not_found` error.
+    fn assert_model_not_found(&mut self, model: &str) {
         let (open, reply) = self.open_reply(model);
         self.close(open);
-        match &reply.response {
-            Some(Response::ImmediateResponse(i)) => (
-                i.status.as_ref().map_or(0, |s| s.code as u16),
-                serde_json::from_slice(&i.body).expect("a JSON body"),
-            ),
-            _ => panic!("not rejected: {reply:?}"),
-        }
+        let Some(Response::ImmediateResponse(i)) = &reply.response else {
+            panic!("not rejected: {reply:?}");
+        };
+        let status = i.status.as_ref().map_or(0, |s| s.code);
+        let body: serde_json::Value = serde_json::from_slice(&i.body).expect("a JSON body");
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
     }
 
     /// Sends the request headers of `GET /v1/models` with header `model`; the stream and
@@ -263,25 +281,8 @@ fn readyz_is_503_until_the_first_complete_list() {
     // says not ready, and a request for the model is refused as for a model no pod serves
     // (README, Discovery: 400 `model_not_found` until one of its pods has been seen).
     for failures in 1..=2 {
-        kv.wait(&format!("{failures} failed list(s) counted"), || {
-            kv.errors() >= failures
-        });
-        let r = http(&kv.ext.admin, "GET", "/readyz", &[], b"");
-        println!(
-            "{} list calls, {} counted failed: /readyz {}",
-            api.list_calls(),
-            kv.errors(),
-            r.status
-        );
-        assert_eq!(
-            (r.status, r.text().as_str()),
-            (503, "not ready\n"),
-            "ready before any list succeeded"
-        );
-        let (status, body) = grpc.rejection("llama");
-        assert_eq!(status, 400, "{body}");
-        assert_eq!(body["error"]["code"], "model_not_found", "{body}");
-        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        kv.assert_not_ready_after(&api, failures, "ready before any list succeeded");
+        grpc.assert_model_not_found("llama");
     }
     // Lists succeed from now on: ready at the next retry, and the three pods take requests.
     api.fail_lists(0);
@@ -635,26 +636,55 @@ fn two_namespaces_are_watched_and_both_must_list() {
     let api = FakeApi::start();
     api.add_pod(&VllmPod::aibrix("vllm-a", "llama", "10.0.0.1").ns("a"));
     api.add_pod(&VllmPod::aibrix("vllm-b", "llama", "10.0.0.2").ns("b"));
+    // A model served in namespace b only.
+    api.add_pod(&VllmPod::aibrix("qwen-b", "qwen", "10.0.0.6").ns("b"));
     api.add_pod(&VllmPod::aibrix("vllm-c", "llama", "10.0.0.3").ns("c"));
-    api.fail_lists(1);
+    // Namespace b's lists fail until the test lets them succeed; a's succeed.
+    api.fail_lists_in("b", u32::MAX);
     let kv = Kv::start(
         &api,
         "two-ns",
         &format!("{AIBRIX}\nnamespaces = [\"a\", \"b\"]"),
     );
-    kv.wait("both first lists tried", || api.list_calls() >= 2);
-    let status = kv.readyz();
-    if api.list_calls() == 2 {
-        // One namespace listed, the other failed and waits for its retry.
-        assert_eq!(status, 503, "ready with one namespace listed");
-    }
-    let took = kv.wait("/readyz 200", || kv.readyz() == 200);
-    println!("one namespace's list failed: ready after {took:?}");
-    kv.wait_pods("llama", 2, 0);
     let mut grpc = Grpc::connect(&kv.ext.grpc);
+    kv.wait_pods("llama", 1, 0); // namespace a listed
+                                 // After b's first failed list and after its retry (kube backs off from 0.8 s): not ready
+                                 // (`/readyz` waits for every watched namespace's first list). Requests are routed over the
+                                 // pods seen so far (routing does not wait for readiness): llama to a's pod, and qwen, none
+                                 // of whose pods has been seen, gets 400 `model_not_found` (README, Discovery).
+    for failures in 1..=2 {
+        kv.assert_not_ready_after(&api, failures, "ready with only namespace a listed");
+        let spread = grpc.spread(&["llama"], 10);
+        assert_eq!(spread, BTreeMap::from([("10.0.0.1:8000".into(), 10)]));
+        grpc.assert_model_not_found("qwen");
+        assert_eq!(
+            (kv.pods("llama", "ready"), kv.pods("qwen", "ready")),
+            (1, 0)
+        );
+    }
+    // b's lists succeed from now on: ready at its next retry, over both namespaces' pods.
+    api.fail_lists_in("b", 0);
+    let took = kv.wait_secs("/readyz 200", 10, || kv.readyz() == 200);
+    let failed = kv.errors();
+    println!(
+        "namespace b's lists failed {failed} times: ready {took:?} after they were let succeed"
+    );
+    assert!(failed >= 2, "{}", kv.metrics());
+    kv.wait_pods("llama", 2, 0);
+    kv.wait_pods("qwen", 1, 0);
     let spread = grpc.spread(&["llama"], 40);
     let keys: Vec<&str> = spread.keys().map(String::as_str).collect();
     assert_eq!(keys, ["10.0.0.1:8000", "10.0.0.2:8000"], "{spread:?}");
+    assert_eq!(grpc.route("qwen"), Ok("10.0.0.6:8000".into()));
+    // Each failed list was one call counted once; a listed once, b once more when let.
+    let lists = |ns: &str| {
+        let path = format!("/api/v1/namespaces/{ns}/pods?");
+        (api.requests().iter())
+            .filter(|r| r.starts_with(&path) && !r.contains("watch=true"))
+            .count() as u64
+    };
+    assert_eq!((lists("a"), lists("b")), (1, failed + 1));
+    assert_eq!(api.list_calls(), failed + 2);
     for r in api.requests() {
         assert!(
             r.starts_with("/api/v1/namespaces/a/pods?")

@@ -67,6 +67,29 @@ fn the_fake_api_server_answers_as_one_does() {
     }
     assert_eq!(http(&addr, "POST", "/api/v1/pods", &[], b"{}").status, 405);
 
+    // Injected list failures: one namespace's (before the global ones), then any list's.
+    api.fail_lists_in("b", 1);
+    api.fail_lists(1);
+    let lists = [
+        "/api/v1/namespaces/default/pods",
+        "/api/v1/namespaces/b/pods",
+    ];
+    let status = |path: &str| {
+        let r = get(path);
+        (r.status, r.json()["kind"].as_str().map(str::to_owned))
+    };
+    let failed = (500, Some("Status".to_owned()));
+    let listed = |kind: &str| (200, Some(kind.to_owned()));
+    assert_eq!(status(lists[1]), failed, "b's failure");
+    assert_eq!(status(lists[1]), failed, "the global failure");
+    assert_eq!(status(lists[1]), listed("PodList"));
+    api.fail_lists_in("b", 2);
+    assert_eq!(status(lists[0]), listed("PodList"), "another namespace");
+    assert_eq!(status("/api/v1/pods"), listed("PodList"), "every namespace");
+    assert_eq!(status(lists[1]), failed);
+    api.fail_lists_in("b", 0);
+    assert_eq!(status(lists[1]), listed("PodList"));
+
     // After a compaction: an old continue token is 410, a watch from an old RV one ERROR event.
     api.compact();
     let r = get(&format!("{query}&continue={token}"));

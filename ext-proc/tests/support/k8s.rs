@@ -65,6 +65,9 @@ struct Store {
     objects: BTreeMap<(Kind, String, String), Value>,
     log: Vec<Change>,
     fail_lists: u32,
+    /// Per namespace: the next list calls of `/namespaces/NS/...` that fail (before
+    /// `fail_lists`).
+    fail_lists_in: BTreeMap<String, u32>,
     page_size: Option<usize>,
     /// Bumped by `drop_watches`: streams opened before end.
     drops: u64,
@@ -151,6 +154,16 @@ impl FakeApi {
     /// The next `n` list calls answer 500 with a `Status`.
     pub fn fail_lists(&self, n: u32) {
         self.state.store.lock().fail_lists = n;
+    }
+    /// The next `n` list calls in namespace `ns` (paths `/namespaces/NS/...`, not the
+    /// cluster-wide ones) answer 500 with a `Status`; other namespaces' lists are untouched.
+    /// Counted apart from (and before) [`FakeApi::fail_lists`].
+    pub fn fail_lists_in(&self, ns: &str, n: u32) {
+        self.state
+            .store
+            .lock()
+            .fail_lists_in
+            .insert(ns.to_owned(), n);
     }
     /// Pages of at most `n` items when the client asks for pages (a server may return fewer
     /// than `limit`).
@@ -477,7 +490,8 @@ fn handle<B>(state: &Arc<State>, req: &hyper::Request<B>) -> hyper::Response<Bod
                 bookmarks,
             ))
         } else {
-            Ok(list(state, &sel, number("limit")?, params.get("continue")))
+            let (limit, token) = (number("limit")?, params.get("continue"));
+            Ok(list(state, ns, &sel, limit, token))
         }
     });
     result.unwrap_or_else(|e| fail(400, "BadRequest", &e))
@@ -485,14 +499,26 @@ fn handle<B>(state: &Arc<State>, req: &hyper::Request<B>) -> hyper::Response<Bod
 
 fn list(
     state: &State,
+    ns: Option<&str>,
     sel: &Selector,
     limit: Option<u64>,
     token: Option<&String>,
 ) -> hyper::Response<Body> {
     let mut st = state.store.lock();
     st.lists += 1;
-    if st.fail_lists > 0 {
+    let in_ns = ns
+        .and_then(|ns| st.fail_lists_in.get_mut(ns))
+        .filter(|n| **n > 0);
+    let failing = if let Some(n) = in_ns {
+        *n -= 1;
+        true
+    } else if st.fail_lists > 0 {
         st.fail_lists -= 1;
+        true
+    } else {
+        false
+    };
+    if failing {
         return fail(
             500,
             "InternalError",
