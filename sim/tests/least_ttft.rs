@@ -62,10 +62,10 @@ fn assert_none(misses: Vec<String>) {
 
 /// The phases among `phases` (by label prefix) where least-ttft's means over `draws` draws of
 /// `cfg` (its salts and router randomness, `StudyConfig::variant`) miss the bar, with no
-/// slack: mean within-SLO count at
-/// least the mean of each draw's best other strategy, mean TTFT P95 at most 1.1× theirs (except
-/// in the phases `p95_exempt` names), mean token hits at least least-request's (within 0.1
-/// point). One draw of cold / 1 swings by a request or two either way; the means do not.
+/// slack: mean within-SLO count at least the mean of each draw's best other strategy, mean
+/// TTFT P95 at most 1.1× theirs (except in the phases `p95_exempt` names), mean token hits at
+/// least least-request's (within 0.1 point). One draw of cold / 1 swings by a request or two
+/// either way; the means do not.
 fn mean_misses(
     tag: &str,
     cfg: &StudyConfig,
