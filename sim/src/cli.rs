@@ -528,6 +528,25 @@ fn replay_cmd(a: ReplayArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// The router `run` and `suite` simulate: the core's defaults with `seed`, told the engines'
+/// block size (an engine fact an operator knows and configures, as `study` tells it), then the
+/// settings of `--router-config`'s file over them; or the file's error printed and exit code 2.
+fn told_router(
+    engine: &crate::engine::EngineConfig,
+    seed: u64,
+    file: Option<&std::path::Path>,
+) -> Result<kvroute_core::RouterConfig, ExitCode> {
+    let mut config = kvroute_core::RouterConfig {
+        seed,
+        ..kvroute_core::RouterConfig::default()
+    };
+    config.ttft.engine_block_tokens = engine.block_size;
+    if let Some(path) = file {
+        apply_router_file(path, &mut config)?;
+    }
+    Ok(config)
+}
+
 /// Applies the kvroute TOML file at `path` over `config` (`--router-config`), or prints the
 /// error and returns exit code 2.
 fn apply_router_file(
@@ -682,5 +701,34 @@ fn bar_cmd(a: BarArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_and_suite_tell_least_ttft_the_engines_block_size_unless_the_file_says_otherwise() {
+        let engine = crate::engine::EngineConfig {
+            block_size: 64,
+            ..Default::default()
+        };
+        let told = told_router(&engine, 5, None).unwrap();
+        assert_eq!((told.ttft.engine_block_tokens, told.seed), (64, 5));
+        let dir = std::env::temp_dir().join(format!("kvroute-sim-told-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("router.toml");
+        std::fs::write(&file, "[ttft]\nengine_block_tokens = 16\ntie_ms = 100\n").unwrap();
+        let overridden = told_router(&engine, 5, Some(&file)).unwrap();
+        assert_eq!(overridden.ttft.engine_block_tokens, 16);
+        assert_eq!(overridden.ttft.tie_ms, 100.0);
+        std::fs::write(&file, "[ttft]\ntie_ms = 100\n").unwrap();
+        let kept = told_router(&engine, 5, Some(&file)).unwrap();
+        assert_eq!(
+            kept.ttft.engine_block_tokens, 64,
+            "a file without it keeps the engines'"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

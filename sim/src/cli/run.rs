@@ -60,17 +60,11 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// The router's configuration: the core's defaults with `--seed`, under `--router-config`'s
-    /// settings; or the error printed and exit code 2.
+    /// The router's configuration: the core's defaults with `--seed`, told the engines' block
+    /// size, under `--router-config`'s settings; or the error printed and exit code 2.
     fn router(&self) -> Result<RouterConfig, ExitCode> {
-        let mut config = RouterConfig {
-            seed: self.seed,
-            ..RouterConfig::default()
-        };
-        if let Some(path) = &self.router_config {
-            super::apply_router_file(path, &mut config)?;
-        }
-        Ok(config)
+        let engine = self.engine.config();
+        super::told_router(&engine, self.seed, self.router_config.as_deref())
     }
 
     /// The pods' names and the engines of those `--pod` gives settings for, or the error

@@ -114,18 +114,18 @@ pub fn suite_cmd(a: SuiteArgs) -> ExitCode {
         Ok(mut c) => c.remove(0).to_string(),
         Err(code) => return code,
     };
-    let mut router = kvroute_core::RouterConfig::default();
-    if let Some(path) = &a.router_config {
-        if let Err(code) = super::apply_router_file(path, &mut router) {
-            return code;
-        }
-    }
+    let engine = crate::engine::EngineConfig::default();
+    let seed = kvroute_core::RouterConfig::default().seed;
+    let router = match super::told_router(&engine, seed, a.router_config.as_deref()) {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
     let cfg = SuiteConfig {
         router,
         workloads,
         seeds: (1..=a.seeds).collect(),
         strategies,
-        engine: crate::engine::EngineConfig::default(),
+        engine,
         // clap accepts only the three values.
         feedback: crate::cluster::Feedback::parse(&a.feedback).unwrap_or_default(),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
