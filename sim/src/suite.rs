@@ -38,6 +38,9 @@ pub struct SuiteConfig {
     pub router: RouterConfig,
     /// What the router learns of each request (`run --feedback`).
     pub feedback: Feedback,
+    /// How often the engines are sampled and snapshots passed to the router, simulated µs
+    /// (`run --snapshot-every-ms`).
+    pub sample_every_us: u64,
     /// Threads to run on (at least 1).
     pub threads: usize,
 }
@@ -208,6 +211,7 @@ fn run_cell(
         },
         pod_events: trace.pod_events.clone(),
         feedback: cfg.feedback,
+        sample_every_us: cfg.sample_every_us,
         ..ClusterConfig::default()
     };
     let mut cluster = Cluster::new(cluster_cfg).map_err(sim)?;
@@ -557,6 +561,7 @@ mod tests {
             engine: EngineConfig::default(),
             router: RouterConfig::default(),
             feedback: Feedback::default(),
+            sample_every_us: 1_000_000,
             threads: 2,
         };
         let cells = run_suite(&cfg).unwrap();

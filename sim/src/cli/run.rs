@@ -40,6 +40,10 @@ pub struct RunArgs {
     /// (kvroute-ext-proc's, timing at most 4 responses at once) or total-only (the total time).
     #[arg(long, default_value = "streaming", value_parser = ["streaming", "envoy", "total-only"])]
     feedback: String,
+    /// How often the engines are sampled and snapshots passed to the router, simulated ms
+    /// (kvroute-ext-proc scrapes its pods every second by default).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    snapshot_every_ms: u64,
     /// Router parameters from a kvroute TOML file: its [ttft] and [prefix_cache] sections
     /// (nothing else).
     #[arg(long, value_name = "FILE")]
@@ -155,6 +159,7 @@ pub fn run_cmd(a: RunArgs) -> ExitCode {
             router: router.clone(),
             client_cap: a.client_cap,
             feedback,
+            sample_every_us: a.snapshot_every_ms * 1_000,
             pod_events: trace.pod_events.clone(),
             prompts: prompts.clone(),
             router_blocks,

@@ -54,6 +54,10 @@ pub struct SuiteArgs {
     /// or Go proxy's view), envoy (kvroute-ext-proc's) or total-only.
     #[arg(long, default_value = "streaming", value_parser = ["streaming", "envoy", "total-only"])]
     feedback: String,
+    /// How often the engines are sampled and snapshots passed to the router, simulated ms
+    /// (kvroute-ext-proc scrapes its pods every second by default).
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    snapshot_every_ms: u64,
     /// Write each workload's trace for every seed (`NAME.SEED.jsonl`) and its replicas
     /// (`NAME.pods`, the --pod values) here for `kvroute-sim run` (with --seed SEED it makes
     /// the suite's run), and print nothing else.
@@ -128,6 +132,7 @@ pub fn suite_cmd(a: SuiteArgs) -> ExitCode {
         engine,
         // clap accepts only the three values.
         feedback: crate::cluster::Feedback::parse(&a.feedback).unwrap_or_default(),
+        sample_every_us: a.snapshot_every_ms * 1_000,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     let cells = match run_suite(&cfg) {
