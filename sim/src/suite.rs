@@ -5,7 +5,8 @@
 //! prefixes than the caches hold, replicas of different speeds, bursts, a stale index), each
 //! drawn for several seeds. [`run_suite`] runs every workload × seed × strategy through
 //! `kvroute-sim run`'s machinery (the given router configuration with the draw's seed, each
-//! replica's `max_num_seqs` told to the router, the configured feedback); [`rows`] averages the
+//! replica's `max_num_seqs` told to the router, the configured feedback and engine-snapshot
+//! interval); [`rows`] averages the
 //! seeds; [`verdicts`] says, per workload, whether a candidate is as good as the best of the
 //! others.
 
