@@ -1,6 +1,6 @@
 //! The in-test Kubernetes API server (support::k8s) answers as a real one does: pages and
 //! continue tokens, Status errors for bad input, 410 Expired, live watches with bookmarks.
-//! The discovery tests (discovery.rs) rely on it.
+//! The discovery tests (`tests/discovery/`) rely on it.
 
 mod support;
 
