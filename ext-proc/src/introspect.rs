@@ -9,7 +9,9 @@ use kvroute_core::Decision;
 use parking_lot::Mutex;
 use serde_json::{json, Value};
 
-use kvroute_core::{EngineSnapshot, PodInfo, Timestamp};
+use kvroute_core::{PodInfo, Timestamp};
+
+use crate::engines::ScrapedEngine;
 
 use crate::config::Config;
 
@@ -77,23 +79,25 @@ impl DecisionLog {
 }
 
 /// `/debug/pods`: every pod with its health, readiness, load, learned rates and last engine
-/// snapshot (`engines`, by pod name), as of `now`.
+/// scrape (`engines`, by pod name), as of `now`.
 pub fn pods(
     pods: &[PodInfo],
-    engines: &std::collections::BTreeMap<String, EngineSnapshot>,
+    engines: &std::collections::BTreeMap<String, ScrapedEngine>,
     now: Timestamp,
 ) -> Value {
     Value::Array(
         pods.iter()
             .map(|p| {
                 let h = &p.health;
-                let engine = engines.get(&*p.name).map(|e| {
+                let engine = engines.get(&*p.name).map(|scraped| {
+                    let e = &scraped.snapshot;
                     json!({
                         "running": e.running,
                         "waiting": e.waiting,
                         "kv_usage": e.kv_usage,
                         "prefix_cache_queries": e.prefix_queries,
                         "prefix_cache_hits": e.prefix_hits,
+                        "block_tokens": scraped.block_tokens,
                     })
                 });
                 json!({

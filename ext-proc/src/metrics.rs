@@ -347,7 +347,10 @@ fn kv(pairs: &[(&'static str, &str)]) -> Labels {
 
 impl prometheus_client::collector::Collector for RouterCollector {
     fn encode(&self, mut enc: DescriptorEncoder<'_>) -> std::fmt::Result {
-        let stats = self.router.lock().stats();
+        let (stats, router_block) = {
+            let router = self.router.lock();
+            (router.stats(), router.config().ttft.engine_block_tokens)
+        };
         let (mut decisions, mut selections, mut imbalance, mut errors, mut routed) =
             (vec![], vec![], vec![], vec![], vec![]);
         for m in &stats.models {
@@ -517,6 +520,12 @@ impl prometheus_client::collector::Collector for RouterCollector {
             "The least-ttft model's prompt bytes per engine token (the prior until learned from completions or engine metrics)",
             &[(Labels::new(), stats.prompt_bytes_per_token)],
         )?;
+        gauge(
+            &mut enc,
+            "kvroute_ttft_engine_block_tokens",
+            "The engines' KV block size in tokens the least-ttft model counts reuse in ([ttft] engine_block_tokens)",
+            &[(Labels::new(), i64::from(router_block))],
+        )?;
         // The router lock is released (stats() returned): take the engine table now.
         let engines: Vec<_> = self
             .engines
@@ -527,15 +536,19 @@ impl prometheus_client::collector::Collector for RouterCollector {
         let rows = |f: &dyn Fn(&EngineSnapshot) -> Option<u64>| -> Vec<(Labels, u64)> {
             engines
                 .iter()
-                .filter_map(|(pod, s)| Some((kv(&[("pod", pod)]), f(s)?)))
+                .filter_map(|(pod, s)| Some((kv(&[("pod", pod)]), f(&s.snapshot)?)))
                 .collect()
         };
         let grows = |f: &dyn Fn(&EngineSnapshot) -> u32| -> Vec<(Labels, i64)> {
             engines
                 .iter()
-                .map(|(pod, s)| (kv(&[("pod", pod)]), i64::from(f(s))))
+                .map(|(pod, s)| (kv(&[("pod", pod)]), i64::from(f(&s.snapshot))))
                 .collect()
         };
+        let blocks: Vec<(Labels, i64)> = engines
+            .iter()
+            .filter_map(|(pod, s)| Some((kv(&[("pod", pod)]), i64::from(s.block_tokens?))))
+            .collect();
         counter(
             &mut enc,
             "kvroute_engine_prefix_cache_hits",
@@ -559,6 +572,12 @@ impl prometheus_client::collector::Collector for RouterCollector {
             "kvroute_engine_requests_waiting",
             "The engine's vllm:num_requests_waiting at the last good scrape",
             &grows(&|s| s.waiting),
+        )?;
+        gauge(
+            &mut enc,
+            "kvroute_engine_block_tokens",
+            "The engine's KV block size in tokens (vllm:cache_config_info block_size) at the last good scrape; compare with kvroute_ttft_engine_block_tokens",
+            &blocks,
         )?;
 
         let t = &stats.tickets;

@@ -117,6 +117,9 @@ pub struct Shared {
     pub tokenize_permits: tokio::sync::Semaphore,
     start: tokio::time::Instant,
     settings: RwLock<Arc<RequestSettings>>,
+    /// The engines' KV block size taken as `[ttft] engine_block_tokens` while the configuration
+    /// leaves it unset ([`Shared::adopt_engine_block`]); locked before the router.
+    engine_block: Mutex<Option<u32>>,
     ready: AtomicBool,
     /// Discovery has completed its first list (always, for static pods).
     discovery_synced: AtomicBool,
@@ -148,6 +151,7 @@ impl Shared {
             tokenize_permits: tokio::sync::Semaphore::new(Tokenizers::permits()),
             start: tokio::time::Instant::now(),
             settings: RwLock::new(Arc::new(RequestSettings::from_config(config))),
+            engine_block: Mutex::new(None),
             ready: AtomicBool::new(false),
             discovery_synced: AtomicBool::new(config.discovery.is_static()),
         };
@@ -210,12 +214,24 @@ impl Shared {
     /// and the held requests offered again.
     /// On a router error nothing of the request settings changes; pod and model changes
     /// applied before the error stay (they were individually valid).
+    ///
+    /// While the configuration leaves `[ttft] engine_block_tokens` unset, the block size taken
+    /// from the engines ([`Shared::adopt_engine_block`]) stays in force.
     pub fn apply(&self, config: &Config) -> Result<(), ApplyError> {
         // First, so that a tokenizer that does not load leaves everything as it was.
         let tokenizers = Arc::new(Tokenizers::load(
             &config.tokenizers,
             &self.tokenizers.read(),
         )?);
+        let adopted = self.engine_block.lock();
+        let patched;
+        let config = match *adopted {
+            Some(block) if config.engine_block_from_engines => {
+                patched = with_engine_block(config, block);
+                &patched
+            }
+            _ => config,
+        };
         let mut router = self.router.lock();
         router.reconfigure(config.router.clone())?;
         if !config.discovery.is_static() {
@@ -276,6 +292,35 @@ impl Shared {
         *self.tokenizers.write() = tokenizers;
         Ok(())
     }
+
+    /// Takes `block`, the KV block size in tokens the engines report, as least-ttft's
+    /// `engine_block_tokens` (router, request settings and the configuration in force), if the
+    /// configuration leaves it unset; a later reload keeps it. Returns whether the value in
+    /// force changed (`false` also when the configuration sets it).
+    pub fn adopt_engine_block(&self, block: u32) -> Result<bool, ApplyError> {
+        // Before reading the configuration: a reload ([`Shared::apply`]) holds it throughout.
+        let mut adopted = self.engine_block.lock();
+        let config = self.config();
+        if !config.engine_block_from_engines || *adopted == Some(block) {
+            return Ok(false);
+        }
+        let changed = config.router.ttft.engine_block_tokens != block;
+        let config = with_engine_block(&config, block);
+        if changed {
+            self.router.lock().reconfigure(config.router.clone())?;
+            *self.settings.write() = Arc::new(RequestSettings::from_config(&config));
+            *self.config.write() = Arc::new(config);
+        }
+        *adopted = Some(block);
+        Ok(changed)
+    }
+}
+
+/// `config` with `[ttft] engine_block_tokens` = `block`.
+fn with_engine_block(config: &Config, block: u32) -> Config {
+    let mut config = config.clone();
+    config.router.ttft.engine_block_tokens = block;
+    config
 }
 
 #[cfg(test)]
@@ -345,5 +390,41 @@ mod tests {
             .map(|r| (format!("dsv3-0/dp{r}"), "10.0.0.5:8000".to_owned(), Some(r)))
             .collect();
         assert_eq!(pods(&shared), want);
+    }
+
+    #[test]
+    fn the_engines_block_size_is_taken_only_when_unset_and_survives_reloads() {
+        let pods = "[models.m]\npods = [{ name = \"a\", address = \"127.0.0.1:1\" }]\n";
+        let block = |shared: &Shared| {
+            let in_router = shared.router.lock().config().ttft.engine_block_tokens;
+            let in_settings = shared.settings().engine_block_tokens;
+            let in_config = shared.config().router.ttft.engine_block_tokens;
+            assert_eq!((in_settings, in_config), (in_router, in_router));
+            in_router
+        };
+        let unset = from_toml(pods);
+        let shared = Shared::new(&unset, &mut Registry::default()).unwrap();
+        assert_eq!(
+            block(&shared),
+            16,
+            "the core's default until an engine reports"
+        );
+        assert!(shared.adopt_engine_block(1568).unwrap());
+        assert_eq!(block(&shared), 1568);
+        assert!(!shared.adopt_engine_block(1568).unwrap(), "no change");
+        // A reload that still leaves it unset keeps the engines' value.
+        shared.apply(&unset).unwrap();
+        assert_eq!(block(&shared), 1568);
+        // A reload that sets it wins, and the engines' value is no longer taken.
+        let set = from_toml(&format!("[ttft]\nengine_block_tokens = 32\n{pods}"));
+        shared.apply(&set).unwrap();
+        assert_eq!(block(&shared), 32);
+        assert!(!shared.adopt_engine_block(64).unwrap());
+        assert_eq!(block(&shared), 32);
+        // Unset again: the value the engines reported last applies until they report another.
+        shared.apply(&unset).unwrap();
+        assert_eq!(block(&shared), 1568);
+        assert!(shared.adopt_engine_block(16).unwrap());
+        assert_eq!(block(&shared), 16);
     }
 }

@@ -267,8 +267,9 @@ async fn pinned_requests_are_served_and_counted_by_their_rank_only() {
             .lines()
             .filter(|l| l.starts_with("vllm:") || l.starts_with("kvroute_sim:"));
         for l in engine {
+            let labels = &l[l.find('{').unwrap_or(l.len())..];
             assert!(
-                l.contains("{engine=\"0\",") || l.contains("{engine=\"1\","),
+                labels.contains("engine=\"0\",") || labels.contains("engine=\"1\","),
                 "{l}"
             );
         }

@@ -246,6 +246,34 @@ pub fn render_engines(model: &str, speedup: f64, engines: &[EngineStats]) -> Str
     out.s
 }
 
+/// `vllm:cache_config_info`: the engines' cache configuration as vLLM exports it, an info gauge
+/// of value 1 whose labels carry the settings (here `block_size`, `enable_prefix_caching` and
+/// `num_gpu_blocks`; vLLM adds more), one sample per engine, labelled `engine="R"` when there
+/// are several, labels sorted by name.
+pub fn render_cache_config(engine: &crate::engine::EngineConfig, engines: usize) -> String {
+    let name = "vllm:cache_config_info";
+    let mut s =
+        format!("# HELP {name} Information of the LLMEngine CacheConfig\n# TYPE {name} gauge\n");
+    let caching = if engine.prefix_caching {
+        "True"
+    } else {
+        "False"
+    };
+    for rank in 0..engines {
+        let label = if engines > 1 {
+            format!("engine=\"{rank}\",")
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            s,
+            "{name}{{block_size=\"{}\",enable_prefix_caching=\"{caching}\",{label}num_gpu_blocks=\"{}\"}} 1.0",
+            engine.block_size, engine.kv_capacity_blocks
+        );
+    }
+    s
+}
+
 /// `kvroute_sim_faults_total{kind="..."}`: faults injected so far, one sample per kind.
 pub fn render_faults(injected: &[(super::fault::FaultKind, u64)]) -> String {
     let name = "kvroute_sim_faults_total";
@@ -456,6 +484,15 @@ mod tests {
         assert_eq!(text.matches("# TYPE vllm:num_requests_running ").count(), 1);
         // One engine: no engine label at all.
         assert!(!render_engines("m", 1.0, &[engine(1, 1, 1.0)]).contains("engine="));
+        let config = crate::engine::EngineConfig::default();
+        assert_eq!(
+            render_cache_config(&config, 2).lines().skip(2).collect::<Vec<_>>(),
+            [
+                "vllm:cache_config_info{block_size=\"1568\",enable_prefix_caching=\"True\",engine=\"0\",num_gpu_blocks=\"160\"} 1.0",
+                "vllm:cache_config_info{block_size=\"1568\",enable_prefix_caching=\"True\",engine=\"1\",num_gpu_blocks=\"160\"} 1.0",
+            ]
+        );
+        assert!(!render_cache_config(&config, 1).contains("engine="));
     }
 
     #[test]

@@ -63,7 +63,8 @@
 //!     byte (see `serve_connection`): a proxy sees the upstream connection terminate before
 //!     response headers.
 //! - `GET /v1/models`, `GET /health`, `GET /metrics` (vLLM names, with the time-to-first-token
-//!   and end-to-end latency histograms in vLLM's buckets, measured in real time; plus
+//!   and end-to-end latency histograms in vLLM's buckets, measured in real time;
+//!   `vllm:cache_config_info` with the engine's block size; plus
 //!   `kvroute_sim_faults_total{kind="status|stall|close"}`, server-wide), `POST
 //!   /reset_prefix_cache` (200 `{"reset": true}`, or 409 while requests of any engine hold
 //!   cached blocks; then no engine is reset).
@@ -217,6 +218,8 @@ struct App {
     faults: Faults,
     max_body_bytes: usize,
     prompts: PromptReader,
+    /// `vllm:cache_config_info`, rendered once (the engines' configuration does not change).
+    cache_config: String,
 }
 
 /// A bound, not yet serving, server.
@@ -292,6 +295,7 @@ impl BoundServer {
             faults: Faults::new(config.fault),
             max_body_bytes: config.max_body_bytes,
             prompts: config.prompts,
+            cache_config: metrics::render_cache_config(&config.engine, size as usize),
         });
         Ok(BoundServer {
             listener,
@@ -690,6 +694,7 @@ async fn models(State(app): State<Arc<App>>) -> Response {
 
 async fn metrics_handler(State(app): State<Arc<App>>) -> Response {
     let mut text = metrics::render_engines(&app.model, app.speedup, &app.ranks.stats());
+    text.push_str(&app.cache_config);
     text.push_str(&metrics::render_faults(&app.faults.injected()));
     (
         [("content-type", "text/plain; version=0.0.4; charset=utf-8")],
