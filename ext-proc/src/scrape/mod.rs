@@ -258,7 +258,7 @@ async fn round(shared: &Shared, timeout: Duration, memory: &mut Memory) {
         let (name, address) = (&pod.name, &pod.address);
         report_check(shared, pod, text.is_ok());
         shared.metrics.scraped(name);
-        let memory = seen.entry(name.clone()).or_default();
+        let remembered = seen.entry(name.clone()).or_default();
         let result = match text {
             Ok(text) => parse_engine(&text, pod.rank).map(|snapshot| ScrapedEngine {
                 snapshot,
@@ -273,18 +273,18 @@ async fn round(shared: &Shared, timeout: Duration, memory: &mut Memory) {
                     .router
                     .lock()
                     .observe_engine(pod.id, scraped.snapshot, now);
-                if memory.failing {
+                if remembered.failing {
                     tracing::info!(pod = %name, %address, "engine metrics scrape recovered");
                 }
-                memory.failing = false;
+                remembered.failing = false;
                 good.push((name.clone(), scraped));
             }
             Err(e) => {
                 shared.metrics.scrape_error(name);
-                if !memory.failing {
+                if !remembered.failing {
                     tracing::warn!(pod = %name, %address, error = %e, "engine metrics scrape failed; routing on router-side counts (logged again only after a recovery)");
                 }
-                memory.failing = true;
+                remembered.failing = true;
             }
         }
     }
@@ -340,9 +340,9 @@ fn engine_blocks(shared: &Shared, scraped: &[(String, ScrapedEngine)], memory: &
 /// Warns once per pod and reported value when the engine's KV block size differs from the
 /// router's `[ttft] engine_block_tokens` (least-ttft then counts reuse in blocks the engine
 /// does not have: a value too small credits partial blocks the engine recomputes).
-fn warn_block_mismatch(name: &str, reported: Option<u32>, router: u32, memory: &mut Remembered) {
+fn warn_block_mismatch(name: &str, reported: Option<u32>, router: u32, pod: &mut Remembered) {
     let mismatch = reported.filter(|&b| b != router);
-    if mismatch.is_some() && mismatch != memory.warned_block {
+    if mismatch.is_some() && mismatch != pod.warned_block {
         tracing::warn!(
             pod = %name,
             engine_block_tokens = mismatch,
@@ -350,7 +350,7 @@ fn warn_block_mismatch(name: &str, reported: Option<u32>, router: u32, memory: &
             "the engine reports a KV block size (vllm:cache_config_info block_size) other than [ttft] engine_block_tokens; set engine_block_tokens to the engine's"
         );
     }
-    memory.warned_block = mismatch;
+    pod.warned_block = mismatch;
 }
 
 #[cfg(test)]
