@@ -10,7 +10,8 @@
 //!
 //! Validation families ([`Workload::family`]): `chat` (closed-loop conversations), `sharing`
 //! (prefix sharing of different shapes), `fleet` (replicas of different speeds, bursts),
-//! `stale` (warm engines behind an index that places every prefix on one replica).
+//! `stale` (warm engines behind an index that does not know what they hold: one that places
+//! every prefix on one replica, or a restarted router's empty one).
 
 use serde_json::{json, Value};
 
@@ -62,7 +63,7 @@ impl Workload {
 }
 
 /// The suite, in table order.
-pub const WORKLOADS: [Workload; 8] = [
+pub const WORKLOADS: [Workload; 9] = [
     Workload {
         name: "chat-2",
         family: "chat",
@@ -110,6 +111,12 @@ pub const WORKLOADS: [Workload; 8] = [
         family: "stale",
         about: "engines warm with all 8 families, the router's index placing all on A, 2 replicas",
         build: warm_skewed,
+    },
+    Workload {
+        name: "warm-split",
+        family: "stale",
+        about: "a restarted router: A's engine warm with 4 of 8 families, B's with the other 4, the index empty, 2 replicas",
+        build: warm_split,
     },
 ];
 
@@ -315,6 +322,22 @@ fn warm_skewed(g: &mut Gen) {
         }
     }
     for at in g.poisson(96, 1.6) {
+        let d = g.rng.usize(..8);
+        g.ask(at, &format!("doc-{d}"), 5_000, 128, 128);
+    }
+}
+
+/// A router restarted in front of warm engines: its index is empty, A's engine holds families
+/// 0-3 (5,000 tokens each) and B's families 4-7; 96 requests at 1.5/s.
+fn warm_split(g: &mut Gen) {
+    g.pods(&["A", "B"]);
+    for d in 0..8 {
+        let pod = if d < 4 { "A" } else { "B" };
+        g.lines.push(json!({
+            "warm": {"pod": pod, "prompt_id": g.id(&format!("doc-{d}")), "prompt_tokens": 5_000}
+        }));
+    }
+    for at in g.poisson(96, 1.5) {
         let d = g.rng.usize(..8);
         g.ask(at, &format!("doc-{d}"), 5_000, 128, 128);
     }

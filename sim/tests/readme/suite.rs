@@ -56,7 +56,7 @@ fn the_suite_section_shows_what_suite_prints() {
             format!("| {name} | {family} | {} |", about.trim_start())
         })
         .collect();
-    assert_eq!(listed.len(), 8, "{list}");
+    assert_eq!(listed.len(), 9, "{list}");
     assert_eq!(tables[0][2..], listed[..], "--list");
 
     // The full suite, and the example the section gives.
