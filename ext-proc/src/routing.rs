@@ -1,10 +1,11 @@
 //! One request's routing, independent of how Envoy talks to kvroute: read the request headers
 //! ([`RequestInfo`]), extract the prompt and route ([`route_body`], [`route_without_body`];
 //! [`admit_body`], [`admit_without_body`] for a caller that holds what admission queues),
-//! and say which headers go upstream ([`upstream_headers`]) and back to the client
-//! ([`on_response_headers`]). The ext_proc stream ([`crate::stream`]) and the in-Envoy module
-//! (crate `kvroute-envoy`) both drive it, so the two paths read requests, decide, reject and
-//! name headers the same way.
+//! and say which headers go upstream
+//! ([`RouteTo::upstream_headers`](crate::respond::RouteTo::upstream_headers)) and back to the
+//! client ([`on_response_headers`]). The ext_proc stream ([`crate::stream`]) and the in-Envoy
+//! module (crate `kvroute-envoy`) both drive it, so the two paths read requests, decide,
+//! reject and name headers the same way.
 //!
 //! Locking rule ([`crate::shared`]): the prompt is hashed outside the router lock; the
 //! decision is one short `admit` call under it ([`crate::admission`]: without a policy for
