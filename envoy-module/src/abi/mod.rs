@@ -2,7 +2,7 @@
 //! (`envoy_dynamic_module_on_*`, exported by the shared library) and a [`StreamHost`] over the
 //! callbacks Envoy exports. The crate's only unsafe code.
 //!
-//! Ownership, as the ABI states it ([`sys`] documents each hook):
+//! Ownership, as the ABI states it (the private module `sys` documents each hook):
 //! - a filter configuration is a `Box<Arc<Instance>>` made in `http_filter_config_new` and
 //!   freed in `http_filter_config_destroy` (main thread);
 //! - a stream's filter is a `Box<Filter>` made in `http_filter_new` and freed in

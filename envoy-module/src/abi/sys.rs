@@ -28,7 +28,7 @@ use std::ffi::{c_char, c_void, CStr};
 /// module either way. Only a NULL return fails the load.
 pub const ABI_VERSION_CSTR: &CStr = c"v0.2.0";
 
-/// [`ABI_VERSION_CSTR`] without the NUL: `"v0.2.0"`.
+/// `ABI_VERSION_CSTR` without the NUL: `"v0.2.0"`.
 pub const ABI_VERSION: &str = match ABI_VERSION_CSTR.to_str() {
     Ok(version) => version,
     Err(_) => panic!("the ABI version is ASCII"),
