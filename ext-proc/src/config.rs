@@ -373,8 +373,8 @@ pub struct Config {
     pub kv_events: BTreeMap<String, crate::kv_events::KvEventsSpec>,
     /// Admission: the request headers read, and each router model's policy.
     pub admission: crate::admission::AdmissionConfig,
-    /// `[ttft] engine_block_tokens` is not set: the engines' own block size is taken once
-    /// their scrapes report one ([`crate::shared::Shared::adopt_engine_block`]).
+    /// `[ttft] engine_block_tokens` is not set: the engine scraper takes the block size the
+    /// engines report.
     pub engine_block_from_engines: bool,
 }
 
