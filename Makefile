@@ -12,6 +12,13 @@ ROOT := $(abspath .)
 VENV := $(ROOT)/.venv
 TEST_TARGETS :=
 DEMO_TARGET := demo-core
+# What the test targets after `test-rust` run the tests of kvroute-ext-proc and kvroute-sim with
+# (adding `--test NAME`; kvroute-envoy's are run with `-p kvroute-envoy -p kvroute-sim`). These
+# two packages selected together resolve every dependency with the features `cargo test
+# --workspace` does (sim/Cargo.toml, "Feature unification"), so the commands reuse its build;
+# either alone resolves tokio, axum, hyper, ... with fewer features and rebuilds them and
+# everything above them (minutes of `make test` on 2 cores).
+CARGO_TEST := $(CARGO) test -p kvroute-ext-proc -p kvroute-sim
 
 -include $(sort $(wildcard mk/*.mk))
 

@@ -22,29 +22,29 @@ envoy: $(ENVOY_BIN)
 
 TEST_TARGETS += test-e2e
 test-e2e: $(ENVOY_BIN)
-	$(CARGO) build -q -p kvroute-sim --bin kvroute-sim
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test e2e -- --ignored --test-threads 2 --skip hot50_through_envoy
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test envoy_hardening -- --ignored --test-threads 2
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test full_duplex -- --ignored --test-threads 2
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test tls -- --ignored
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test discovery -- --ignored --nocapture
+	$(CARGO) build -q -p kvroute-ext-proc -p kvroute-sim
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test e2e -- --ignored --test-threads 2 --skip hot50_through_envoy
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test envoy_hardening -- --ignored --test-threads 2
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test full_duplex -- --ignored --test-threads 2
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test tls -- --ignored
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test discovery -- --ignored --nocapture
 	# Every AIBrix strategy name through Envoy; session-affinity's x-session-id round trip.
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test aibrix_strategies -- --ignored --test-threads 2
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test aibrix_strategies -- --ignored --test-threads 2
 	# Admission under saturation: held requests served, sheddable ones 429, a client gone leaves the queue (about 10 s).
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test admission -- --ignored
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test admission -- --ignored
 	# Two kvroute-ext-proc replicas behind one Envoy, fed by the same engines' KV events.
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test kv_events_envoy -- --ignored --exact two_router_replicas_share_the_engines_view
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test kv_events_envoy -- --ignored --exact two_router_replicas_share_the_engines_view
 	# A data-parallel server (two engines behind one address): routed engine by engine.
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test data_parallel -- --ignored
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test data_parallel -- --ignored
 	# The READMEs' commands as written: ext-proc Quick start, envoy/README.md, make demo's script at its end and on Ctrl-C (a few seconds).
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test readme_commands -- --ignored --test-threads 2
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test readme_commands -- --ignored --test-threads 2
 	# Fleet faults, one at a time (they count requests and time readmissions; about 20 s).
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test faults -- --ignored --test-threads 1 --nocapture
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test faults -- --ignored --test-threads 1 --nocapture
 	# Alone, so that no other test's load disturbs the latencies it compares (about 30 s).
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-ext-proc --test e2e -- --ignored --nocapture hot50_through_envoy
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO_TEST) --test e2e -- --ignored --nocapture hot50_through_envoy
 	# kvroute inside Envoy (the dynamic module libkvroute_envoy.so): the same checks, hot50 alone.
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy --test e2e -- --ignored --test-threads 2 --skip hot50
-	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy --test e2e -- --ignored --nocapture hot50
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy -p kvroute-sim --test e2e -- --ignored --test-threads 2 --skip hot50
+	ENVOY_BIN=$(ENVOY_BIN) $(CARGO) test -p kvroute-envoy -p kvroute-sim --test e2e -- --ignored --nocapture hot50
 
 DEMO_TARGET := demo-envoy
 demo-envoy: $(ENVOY_BIN)

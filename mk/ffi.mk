@@ -39,7 +39,7 @@ test-c: ffi-lib
 	$(FFI_BUILD)/smoke
 	$(FFI_BUILD)/readme_example | diff -u $(ROOT)/tests/c/readme_example.out -
 	$(FFI_BUILD)/scenario $(ROOT)/tests/c/scenario.txt > $(FFI_BUILD)/scenario.c.out
-	$(CARGO) run -q -p kvroute-ffi --example scenario -- $(ROOT)/tests/c/scenario.txt > $(FFI_BUILD)/scenario.rust.out
+	$(CARGO) run -q --example scenario -- $(ROOT)/tests/c/scenario.txt > $(FFI_BUILD)/scenario.rust.out
 	diff -u $(FFI_BUILD)/scenario.rust.out $(FFI_BUILD)/scenario.c.out
 	@echo "scenario: $$(grep -c '^route' $(FFI_BUILD)/scenario.c.out) routes through the C ABI equal the core's"
 	command -v valgrind >/dev/null || (apt-get update && apt-get install -y valgrind)

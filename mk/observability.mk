@@ -21,6 +21,6 @@ test-observability: $(ENVOY_BIN) prometheus
 	cd $(OBS_DIR) && promtool test rules kvroute-rules.test.yaml
 	promtool check config $(OBS_DIR)/prometheus.example.yml
 	python3 -m json.tool $(OBS_DIR)/kvroute-dashboard.json >/dev/null
-	$(CARGO) build -q -p kvroute-sim --bin kvroute-sim
+	$(CARGO) build -q -p kvroute-ext-proc -p kvroute-sim
 	# A real Prometheus against kvroute-ext-proc, two kvroute-sim replicas and Envoy (about 20 s).
-	ENVOY_BIN=$(ENVOY_BIN) PROMETHEUS_BIN=$(PROMETHEUS_BIN) $(CARGO) test -p kvroute-ext-proc --test observability -- --ignored --nocapture
+	ENVOY_BIN=$(ENVOY_BIN) PROMETHEUS_BIN=$(PROMETHEUS_BIN) $(CARGO_TEST) --test observability -- --ignored --nocapture

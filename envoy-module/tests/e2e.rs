@@ -25,16 +25,21 @@ struct ModuleStack {
 }
 
 /// Where `libkvroute_envoy.so` is: built here first (`cargo test` builds the crate's rlib for
-/// its tests, not always its cdylib), once per test binary.
+/// its tests, not always its cdylib), once per test binary, with kvroute-sim selected too so that
+/// the build resolves the features `make test`'s other builds do (the root Makefile's
+/// `CARGO_TEST`) and reuses theirs.
 fn module_dir() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = std::process::Command::new(cargo)
-            .args(["build", "-q", "-p", "kvroute-envoy"])
+            .args(["build", "-q", "-p", "kvroute-envoy", "-p", "kvroute-sim"])
             .status()
-            .expect("run cargo build -p kvroute-envoy");
-        assert!(status.success(), "cargo build -p kvroute-envoy failed");
+            .expect("run cargo build -p kvroute-envoy -p kvroute-sim");
+        assert!(
+            status.success(),
+            "cargo build -p kvroute-envoy -p kvroute-sim failed"
+        );
     });
     let dir = target_dir();
     assert!(

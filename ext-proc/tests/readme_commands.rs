@@ -642,10 +642,15 @@ fn demo_stops_everything_at_its_end() {
 fn demo_through_the_module_stops_everything_at_its_end() {
     let dir = TempDir::new("readme-demo-module");
     let built = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "-q", "-p", "kvroute-envoy"])
+        // With kvroute-sim, as the module's Quick start builds: the features of `make test`'s
+        // other builds (the root Makefile's `CARGO_TEST`), whose build this one reuses.
+        .args(["build", "-q", "-p", "kvroute-envoy", "-p", "kvroute-sim"])
         .status()
         .unwrap();
-    assert!(built.success(), "cargo build -p kvroute-envoy");
+    assert!(
+        built.success(),
+        "cargo build -p kvroute-envoy -p kvroute-sim"
+    );
     let mut job = demo(&dir, &[("REQUESTS", "8"), ("SPEEDUP", "20")], &["--module"]);
     let status = job.wait(Duration::from_secs(180));
     assert!(

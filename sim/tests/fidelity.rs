@@ -1,7 +1,7 @@
 //! The seed study's facts, simulated (issue 3 §4). Each test simulates only the phases it
 //! needs, through the real router. They take a few hundred milliseconds with the simulator
 //! optimised and are ignored in builds with debug assertions; `make test-sim` runs them with
-//! `-- --include-ignored` in the dev profile, which optimises the simulator and the core.
+//! `-- --ignored` in the dev profile, which optimises the simulator and the core.
 //!
 //! Which round a fact is checked on follows the study: warm's balanced 4/4 index is round 1
 //! and its 6/2 skew round 2; the detailed hot50/hot90 facts are the study's round-1 facts, and
@@ -54,7 +54,7 @@ fn the_study_prompt_is_5000_tokens_give_or_take_300() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulation; run by make test-sim (--include-ignored)"
+    ignore = "simulation; run by make test-sim (--ignored)"
 )]
 fn cold_hit_rates_prefix_cache_85_random_and_least_request_78() {
     for round in [1, 2] {
@@ -73,7 +73,7 @@ fn cold_hit_rates_prefix_cache_85_random_and_least_request_78() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulation; run by make test-sim (--include-ignored)"
+    ignore = "simulation; run by make test-sim (--ignored)"
 )]
 fn warm_with_a_balanced_index_every_strategy_meets_slo() {
     for s in [
@@ -90,7 +90,7 @@ fn warm_with_a_balanced_index_every_strategy_meets_slo() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulation; run by make test-sim (--include-ignored)"
+    ignore = "simulation; run by make test-sim (--ignored)"
 )]
 fn warm_with_a_skewed_index_prefix_cache_follows_the_index_and_loses() {
     let pc = phase(Scenario::Warm { on_a: 6 }, 2, Strategy::PrefixCache);
@@ -115,7 +115,7 @@ fn warm_with_a_skewed_index_prefix_cache_follows_the_index_and_loses() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulation; run by make test-sim (--include-ignored)"
+    ignore = "simulation; run by make test-sim (--ignored)"
 )]
 fn hot50_prefix_cache_piles_onto_b_and_least_request_does_not() {
     let pc = phase(Scenario::Hot50, 1, Strategy::PrefixCache);
@@ -170,7 +170,7 @@ fn hot50_prefix_cache_piles_onto_b_and_least_request_does_not() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulation; run by make test-sim (--include-ignored)"
+    ignore = "simulation; run by make test-sim (--ignored)"
 )]
 fn hot90_the_imbalance_guard_fires_but_prefix_cache_still_loses() {
     for round in [1, 2] {

@@ -120,7 +120,7 @@ fn mean_misses(
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
+    ignore = "simulates whole studies; run by make test-sim (--ignored)"
 )]
 fn least_ttft_meets_the_bar_in_every_phase() {
     let mut all = mean_misses("study", &study(), 8, &ALL, &[]);
@@ -150,7 +150,7 @@ fn least_ttft_meets_the_bar_in_every_phase() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
+    ignore = "simulates whole studies; run by make test-sim (--ignored)"
 )]
 fn behind_envoy_feedback_keeps_the_slo() {
     let mut all = Vec::new();
@@ -177,7 +177,7 @@ fn behind_envoy_feedback_keeps_the_slo() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
+    ignore = "simulates whole studies; run by make test-sim (--ignored)"
 )]
 fn without_the_stall_charge_cold_caches_miss_the_bar() {
     let cfg = StudyConfig {
@@ -198,7 +198,7 @@ fn without_the_stall_charge_cold_caches_miss_the_bar() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
+    ignore = "simulates whole studies; run by make test-sim (--ignored)"
 )]
 fn four_replicas_meet_the_bar_in_every_phase() {
     let four = StudyConfig {
@@ -248,7 +248,7 @@ fn four_replicas_meet_the_bar_in_every_phase() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
+    ignore = "simulates whole studies; run by make test-sim (--ignored)"
 )]
 fn one_and_a_half_times_the_rate_overloads_two_replicas_for_every_strategy() {
     let cfg = StudyConfig {
@@ -276,7 +276,7 @@ fn one_and_a_half_times_the_rate_overloads_two_replicas_for_every_strategy() {
 #[test]
 #[cfg_attr(
     debug_assertions,
-    ignore = "simulates whole studies; run by make test-sim (--include-ignored)"
+    ignore = "simulates whole studies; run by make test-sim (--ignored)"
 )]
 fn averaged_over_family_orders_the_ordering_holds_with_priors_off() {
     let candidate = StrategySpec::single(Strategy::LeastTtft);

@@ -812,29 +812,45 @@ fn the_readmes_command_for_the_ignored_tests_is_make_test_sims() {
     let spans = spans_by_paragraph(&prose).concat();
     let readme_cmd = spans
         .iter()
-        .find(|s| s.starts_with("cargo test") && s.contains("--include-ignored"))
-        .expect("a cargo test command with --include-ignored");
+        .find(|s| s.starts_with("cargo test") && s.contains("--ignored"))
+        .expect("a cargo test command with --ignored");
     assert!(prose.join(" ").contains("`make test-sim`"));
 
     let mk = read(&repo_root().join("mk/sim.mk"));
+    let makefile = read(&repo_root().join("Makefile"));
+    let cargo_test = makefile
+        .lines()
+        .find_map(|l| l.strip_prefix("CARGO_TEST := "))
+        .expect("CARGO_TEST in the root Makefile");
     let recipe = mk
         .lines()
         .skip_while(|l| !l.starts_with("test-sim:"))
         .nth(1)
         .expect("a test-sim recipe");
     let words = |s: &str| -> Vec<String> {
-        s.replace("$(CARGO)", "cargo")
+        s.replace("$(CARGO_TEST)", cargo_test)
+            .replace("$(CARGO)", "cargo")
             .split_whitespace()
             .map(str::to_owned)
             .collect()
     };
     assert_eq!(words(readme_cmd), words(recipe), "README vs mk/sim.mk");
-    // The tests it names are the ones ignored in builds with debug assertions.
-    for file in ["tests/fidelity.rs", "tests/least_ttft.rs"] {
-        let src = read(&Path::new(env!("CARGO_MANIFEST_DIR")).join(file));
-        assert!(
-            src.contains("#[cfg_attr(\n    debug_assertions,\n    ignore"),
-            "{file}"
-        );
-    }
+    // The test targets it names are the ones with tests ignored in builds with debug
+    // assertions, all of them.
+    let mut named: Vec<String> = words(readme_cmd)
+        .windows(2)
+        .filter(|w| w[0] == "--test")
+        .map(|w| w[1].clone())
+        .collect();
+    named.sort();
+    let tests_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut ignoring: Vec<String> = std::fs::read_dir(tests_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .filter(|p| read(p).contains("#[cfg_attr(\n    debug_assertions,\n    ignore"))
+        .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+        .collect();
+    ignoring.sort();
+    assert_eq!(named, ignoring, "make test-sim's --test names vs sim/tests");
 }

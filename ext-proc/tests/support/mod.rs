@@ -52,8 +52,9 @@ pub fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The `kvroute-sim` binary: `KVROUTE_SIM_BIN`, else next to `kvroute-ext-proc` (built with
-/// `cargo build -p kvroute-sim` if missing).
+/// The `kvroute-sim` binary: `KVROUTE_SIM_BIN`, else next to `kvroute-ext-proc` (built if
+/// missing as the Quick start builds it, `cargo build -p kvroute-ext-proc -p kvroute-sim`: the
+/// features `cargo test` resolves, see the root Makefile's `CARGO_TEST`).
 pub fn sim_bin() -> PathBuf {
     if let Ok(p) = std::env::var("KVROUTE_SIM_BIN") {
         return PathBuf::from(p);
@@ -62,9 +63,9 @@ pub fn sim_bin() -> PathBuf {
     if !path.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let status = Command::new(cargo)
-            .args(["build", "-q", "-p", "kvroute-sim", "--bin", "kvroute-sim"])
+            .args(["build", "-q", "-p", "kvroute-ext-proc", "-p", "kvroute-sim"])
             .status()
-            .expect("run cargo build -p kvroute-sim");
+            .expect("run cargo build -p kvroute-ext-proc -p kvroute-sim");
         assert!(status.success(), "cargo build -p kvroute-sim failed");
     }
     assert!(path.exists(), "kvroute-sim not found at {}", path.display());
