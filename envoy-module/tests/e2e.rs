@@ -31,15 +31,7 @@ struct ModuleStack {
 fn module_dir() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = std::process::Command::new(cargo)
-            .args(["build", "-q", "-p", "kvroute-envoy", "-p", "kvroute-sim"])
-            .status()
-            .expect("run cargo build -p kvroute-envoy -p kvroute-sim");
-        assert!(
-            status.success(),
-            "cargo build -p kvroute-envoy -p kvroute-sim failed"
-        );
+        support::cargo::build(&["kvroute-envoy", "kvroute-sim"]);
     });
     let dir = target_dir();
     assert!(

@@ -185,25 +185,11 @@ impl Job {
             .process_group(0);
         // A user's shell: no proxy between curl and loopback, no routing settings from the
         // environment (they override the example configuration's).
-        // Nor what cargo sets for this test: a build script that watches such a variable
-        // (ring's: CARGO_MANIFEST_DIR, CARGO_PKG_*) would be rebuilt by the commands' cargo,
-        // and again by the next `cargo test`.
+        // Nor what cargo sets for this test (support::cargo says why).
+        support::cargo::remove_test_env(&mut cmd);
         for (k, _) in std::env::vars() {
             let lower = k.to_ascii_lowercase();
-            let from_cargo = k == "CARGO"
-                || k == "OUT_DIR"
-                || k == "CARGO_CRATE_NAME"
-                || k == "CARGO_PRIMARY_PACKAGE"
-                || k == "CARGO_TARGET_TMPDIR"
-                || k == "CARGO_RUSTC_CURRENT_DIR"
-                || k.starts_with("CARGO_MANIFEST_")
-                || k.starts_with("CARGO_PKG_")
-                || k.starts_with("CARGO_BIN_");
-            if from_cargo
-                || lower.ends_with("_proxy")
-                || k.starts_with("AIBRIX_")
-                || k == "ROUTING_ALGORITHM"
-            {
+            if lower.ends_with("_proxy") || k.starts_with("AIBRIX_") || k == "ROUTING_ALGORITHM" {
                 cmd.env_remove(&k);
             }
         }
@@ -641,16 +627,7 @@ fn demo_stops_everything_at_its_end() {
 #[ignore = "needs Envoy; run by `make test-e2e`"]
 fn demo_through_the_module_stops_everything_at_its_end() {
     let dir = TempDir::new("readme-demo-module");
-    let built = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        // With kvroute-sim, as the module's Quick start builds: the features of `make test`'s
-        // other builds (the root Makefile's `CARGO_TEST`), whose build this one reuses.
-        .args(["build", "-q", "-p", "kvroute-envoy", "-p", "kvroute-sim"])
-        .status()
-        .unwrap();
-    assert!(
-        built.success(),
-        "cargo build -p kvroute-envoy -p kvroute-sim"
-    );
+    support::cargo::build(&["kvroute-envoy", "kvroute-sim"]);
     let mut job = demo(&dir, &[("REQUESTS", "8"), ("SPEEDUP", "20")], &["--module"]);
     let status = job.wait(Duration::from_secs(180));
     assert!(

@@ -5,6 +5,7 @@
 
 #![allow(dead_code)]
 
+pub mod cargo;
 pub mod errors;
 pub mod hot50;
 pub mod k8s;
@@ -61,12 +62,7 @@ pub fn sim_bin() -> PathBuf {
     }
     let path = ext_proc_bin().with_file_name("kvroute-sim");
     if !path.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-q", "-p", "kvroute-ext-proc", "-p", "kvroute-sim"])
-            .status()
-            .expect("run cargo build -p kvroute-ext-proc -p kvroute-sim");
-        assert!(status.success(), "cargo build -p kvroute-sim failed");
+        cargo::build(&["kvroute-ext-proc", "kvroute-sim"]);
     }
     assert!(path.exists(), "kvroute-sim not found at {}", path.display());
     path
