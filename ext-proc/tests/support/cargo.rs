@@ -31,9 +31,9 @@ pub fn remove_test_env(cmd: &mut Command) {
 }
 
 /// `cargo build -q -p PACKAGE...` as a user would run it (in the test's package directory, in
-/// the same workspace); fails the test if the build fails. Callers select kvroute-sim beside the package they need, as `make
-/// test` does (the root Makefile's `CARGO_TEST`): that selection resolves the features of the
-/// build the tests came from, so nothing is built again.
+/// the same workspace); fails the test if the build fails. Callers select kvroute-sim beside
+/// the package they need, as `make test` does (the root Makefile's `CARGO_TEST`): that
+/// selection resolves the features of the build the tests came from, so nothing is built again.
 pub fn build(packages: &[&str]) {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
