@@ -102,11 +102,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(kvroute_ext_proc::run(
-        config,
-        source,
-        kvroute_ext_proc::shutdown::signal(),
-    )) {
+    // The signal handlers are installed first, before `run` announces that it listens.
+    match runtime.block_on(async {
+        let shutdown = kvroute_ext_proc::shutdown::signal();
+        kvroute_ext_proc::run(config, source, shutdown).await
+    }) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "kvroute-ext-proc failed");

@@ -81,3 +81,52 @@ fn config_is_accepted_after_the_subcommand_too() {
     let shipped = std::fs::read(format!("{root}/envoy/envoy.yaml")).unwrap();
     assert_eq!(after, shipped);
 }
+
+/// A SIGTERM sent as soon as the binary has printed that it listens stops it cleanly (exit 0,
+/// after the drain), every time. Until the handlers were installed before that line, about one
+/// start in six was killed by the signal instead (36 of 200 measured), so 25 starts find that
+/// with a probability above 99%.
+#[test]
+fn a_sigterm_right_after_the_listening_line_is_a_clean_exit() {
+    use std::io::{BufRead, BufReader};
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../envoy/kvroute.example.toml");
+    for start in 0..25 {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kvroute-ext-proc"))
+            .args(["--config", config])
+            .args([
+                "--grpc-listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .env_remove("KVROUTE_LOG")
+            .env_remove("KVROUTE_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start kvroute-ext-proc");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("listening"), "first line {line:?}");
+        let killed = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("start {start}: still running 10 s after SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(status.success(), "start {start}: {status:?}");
+    }
+}

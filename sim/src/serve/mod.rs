@@ -490,6 +490,7 @@ async fn serve_connection(
 /// [`BoundServer::kv_events_lines`]), and serves until SIGTERM or SIGINT.
 pub async fn run(config: ServeConfig, kv_events: Option<KvEventsConfig>) -> Result<(), ServeError> {
     let server = BoundServer::bind_with_kv_events(config, kv_events).await?;
+    let shutdown = shutdown_signal();
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "listening on {}", server.local_addr());
     for line in server.kv_events_lines() {
@@ -497,28 +498,32 @@ pub async fn run(config: ServeConfig, kv_events: Option<KvEventsConfig>) -> Resu
     }
     let _ = out.flush();
     drop(out);
-    server.serve(shutdown_signal()).await
+    server.serve(shutdown).await
 }
 
-/// Completes on SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Installs the SIGTERM and SIGINT handlers now and returns a future that completes on the
+/// first of them. [`run`] calls it before printing `listening on`: until the handlers are
+/// installed a SIGTERM kills the process at once, and a caller may send one as soon as it has
+/// read that line. Must be called within a Tokio runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
+    let handlers = {
+        use tokio::signal::unix::{signal, SignalKind};
+        (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        )
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    async move {
+        #[cfg(unix)]
+        if let (Ok(mut term), Ok(mut int)) = handlers {
+            tokio::select! {
+                _ = term.recv() => {},
+                _ = int.recv() => {},
+            }
+            return;
+        }
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 

@@ -1,4 +1,4 @@
-//! What the fake server's tests share (serve.rs, serve_kv_events.rs, serve_data_parallel.rs):
+//! What the fake server's tests share (serve/main.rs and its modules):
 //! an in-process server on a task, an HTTP/1.1 client with bounded waits, and a `kvroute-sim
 //! serve` child's stdout and stop (readme.rs too).
 
@@ -140,6 +140,6 @@ pub fn stop(mut child: Child) {
             let _ = child.kill();
             panic!("did not exit after SIGTERM");
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(2));
     }
 }

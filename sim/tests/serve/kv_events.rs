@@ -16,10 +16,7 @@ use kvroute_sim::serve::{
 };
 use serde_json::json;
 
-// The HTTP client and the child-process helpers the serve tests share.
-#[path = "support/serve.rs"]
-mod support;
-use support::{client, lines, serve_in_background, stop, HttpClient};
+use crate::support::{client, lines, serve_in_background, stop, HttpClient};
 
 /// Every test's time limit.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -80,7 +77,7 @@ async fn start(engine: EngineConfig, kv: KvEventsConfig) -> Server {
 }
 
 async fn post(c: &HttpClient, url: &str, path: &str, body: &str) -> (u16, String) {
-    let (status, _, body) = support::post(c, url, path, &[], body).await;
+    let (status, _, body) = crate::support::post(c, url, path, &[], body).await;
     (status, body)
 }
 

@@ -15,10 +15,7 @@ use kvroute_sim::engine::EngineConfig;
 use kvroute_sim::serve::{BoundServer, KvEventsConfig, ServeConfig, RANK_HEADER, REPLICA_HEADER};
 use serde_json::{json, Value};
 
-// The HTTP client and the child-process helpers the serve tests share.
-#[path = "support/serve.rs"]
-mod support;
-use support::{client, get, lines, open, post, request, serve_in_background, HttpClient};
+use crate::support::{client, get, lines, open, post, request, serve_in_background, HttpClient};
 
 /// Every test's time limit.
 const LIMIT: Duration = Duration::from_secs(60);
