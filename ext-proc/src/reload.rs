@@ -149,16 +149,20 @@ pub enum Trigger {
     File,
 }
 
-/// Watches for file changes (and SIGHUP, per `trigger`) until `stop` changes (see the module
-/// docs); `startup` is the configuration the process started with.
-pub async fn run(
+/// Installs the SIGHUP handler now (per `trigger`) and returns the task that watches for file
+/// changes and SIGHUP until `stop` changes (see the module docs); `startup` is the
+/// configuration the process started with. The handler is installed by this call, not when the
+/// task first runs: SIGHUP's default action ends the process, and a spawned task may first run
+/// after the process has said it listens (with one worker, always). Must be called within a
+/// Tokio runtime.
+pub fn run(
     source: ConfigSource,
     shared: Arc<Shared>,
     startup: Config,
     trigger: Trigger,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut hup = match trigger {
+    stop: watch::Receiver<bool>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let hup = match trigger {
         Trigger::File => None,
         Trigger::FileAndSighup => match signal(SignalKind::hangup()) {
             Ok(s) => Some(s),
@@ -168,6 +172,16 @@ pub async fn run(
             }
         },
     };
+    watch_for_changes(source, shared, startup, hup, stop)
+}
+
+async fn watch_for_changes(
+    source: ConfigSource,
+    shared: Arc<Shared>,
+    startup: Config,
+    mut hup: Option<tokio::signal::unix::Signal>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut current = startup.clone();
     // The bytes last read (applied or refused), and a change seen but not yet stable.
     let mut seen = read(&source);
