@@ -175,6 +175,7 @@ pub fn run(
     watch_for_changes(source, shared, startup, hup, stop)
 }
 
+/// The task [`run`] returns: polls the file and waits on SIGHUP (`hup`, when installed).
 async fn watch_for_changes(
     source: ConfigSource,
     shared: Arc<Shared>,
