@@ -92,19 +92,7 @@ pub fn check_serve(args: &[String], block: &[String]) {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn kvroute-sim serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim_end()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("first line {line:?}"))
-        .to_owned();
-    assert!(
-        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
-        "{addr}"
-    );
+    let addr = super::support::listening_addr(&mut child);
 
     // The start-up fault spec: `--fault-after N` requests pass, then `--fault-status`; with
     // `--fault-health` /health fails too once they have passed.

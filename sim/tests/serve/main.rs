@@ -4,7 +4,6 @@
 //! histograms of `/metrics` in serve/metrics.rs; data-parallel servers in serve/data_parallel.rs
 //! and KV-cache events in serve/kv_events.rs (one test binary: they share the server's build).
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -298,19 +297,7 @@ fn spawn_serve(args: &[&str]) -> (Child, String) {
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn kvroute-sim serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("first line was {line:?}"))
-        .to_owned();
-    assert!(
-        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
-        "{addr}"
-    );
+    let addr = support::listening_addr(&mut child);
     (child, addr)
 }
 

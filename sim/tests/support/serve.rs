@@ -107,6 +107,25 @@ pub async fn get(c: &HttpClient, url: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// The address a `kvroute-sim serve` child (stdout piped) prints on its first line,
+/// `listening on 127.0.0.1:PORT`; fails the test unless it is that line with a port chosen.
+pub fn listening_addr(child: &mut Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim_end()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("first line {line:?}"))
+        .to_owned();
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
+    addr
+}
+
 /// Reads stdout lines of `child` on a thread, so that a test can wait for them with a timeout.
 pub fn lines(child: &mut Child) -> std_mpsc::Receiver<String> {
     let out = child.stdout.take().expect("piped stdout");
