@@ -580,7 +580,9 @@ typedef uint32_t kvroute_pod_id;
 typedef struct kvroute_engine_snapshot {
   /**
    * KV-cache usage in [0, 1] (`vllm:kv_cache_usage_perc`; several engines: the fullest).
-   * From 0.95, least-ttft takes the pod to run no more sequences than `running`.
+   * When the free share of the pod's KV cache (its size from
+   * `kvroute_router_set_engine_kv_cache_tokens()`) cannot hold a request's uncached prompt,
+   * least-ttft takes the pod to run no more sequences than `running`.
    */
   double kv_usage;
   /**
@@ -1129,8 +1131,8 @@ kvroute_status kvroute_router_observe_engine(struct kvroute_router *router,
  * pod's prefill rate and overhead from the prefill pair together with the snapshot's
  * `prefix_queries` and `prefix_hits` (prompt tokens computed per second of prefill, one
  * sample per at least 4 prefills); where they come without a first-token time or without
- * output tokens, its time per output token from the inter-token pair (one sample per at least
- * 64 gaps between snapshots). A counter that went down (engine restart)
+ * output tokens, its time per output token from the inter-token pair (one sample per pair of
+ * snapshots with a gap between them). A counter that went down (engine restart)
  * starts a new window. `snapshot` and `timing` are borrowed for the call only; `timing` may be
  * NULL (no timing counters, the same as `kvroute_router_observe_engine()`). Returns
  * `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timing->known` or a set
@@ -1142,6 +1144,19 @@ kvroute_status kvroute_router_observe_engine_timed(struct kvroute_router *router
                                                    const struct kvroute_engine_snapshot *snapshot,
                                                    const struct kvroute_engine_timing *timing,
                                                    uint64_t now_ms);
+
+/**
+ * Sets the size of the pod's engine KV cache in tokens (vLLM: `num_gpu_blocks` ×
+ * `block_size`, labels of `vllm:cache_config_info`; its log's "GPU KV cache size"), added to
+ * every engine snapshot recorded for the pod afterwards; 0 makes it unknown again (the
+ * default). With it and a snapshot's `kv_usage`, least-ttft takes a request whose uncached
+ * prompt does not fit in the free share to wait for a running sequence to end; without it,
+ * the KV cache is never taken as full. Returns `KVROUTE_STATUS_UNKNOWN_POD` for an id never
+ * issued or removed.
+ */
+kvroute_status kvroute_router_set_engine_kv_cache_tokens(struct kvroute_router *router,
+                                                         kvroute_pod_id pod,
+                                                         uint64_t tokens);
 
 /**
  * Sets the pod's engine capacity in concurrent sequences (vLLM `--max-num-seqs`) for the

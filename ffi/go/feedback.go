@@ -98,7 +98,7 @@ func (r *Router) FirstToken(ticket uint64, t Timings, nowMs uint64) error {
 type EngineSnapshot struct {
 	Running       uint32   // vllm:num_requests_running
 	Waiting       uint32   // vllm:num_requests_waiting
-	KVUsage       *float64 // vllm:kv_cache_usage_perc, in [0, 1]; from 0.95 no more than Running fit
+	KVUsage       *float64 // vllm:kv_cache_usage_perc, in [0, 1]; see SetEngineKVCacheTokens
 	PrefixQueries *uint64  // vllm:prefix_cache_queries_total
 	PrefixHits    *uint64  // vllm:prefix_cache_hits_total
 	// vllm:request_prefill_time_seconds, cumulative. With PrefixQueries and PrefixHits it
@@ -139,6 +139,17 @@ func (r *Router) ObserveEngine(pod PodID, s EngineSnapshot, nowMs uint64) error 
 		t.known |= C.KVROUTE_ENGINE_TIMING_INTER_TOKEN
 	}
 	st := C.kvroute_router_observe_engine_timed(r.ptr(), C.kvroute_pod_id(pod), &c, &t, C.uint64_t(nowMs))
+	runtime.KeepAlive(r)
+	return check(st)
+}
+
+// SetEngineKVCacheTokens sets the size of the pod's engine KV cache in tokens (vLLM:
+// num_gpu_blocks × block_size, labels of vllm:cache_config_info), added to the pod's engine
+// snapshots from then on; 0 makes it unknown again (the default). With it and a snapshot's
+// KVUsage, least-ttft takes a request whose uncached prompt does not fit in the free share to
+// wait for a running sequence to end; without it, the KV cache is never taken as full.
+func (r *Router) SetEngineKVCacheTokens(pod PodID, tokens uint64) error {
+	st := C.kvroute_router_set_engine_kv_cache_tokens(r.ptr(), C.kvroute_pod_id(pod), C.uint64_t(tokens))
 	runtime.KeepAlive(r)
 	return check(st)
 }

@@ -363,6 +363,52 @@ func TestLeastTTFTInputs(t *testing.T) {
 	}
 }
 
+// A pod with two sequence slots, one request open and its engine's KV cache 99% used: a new
+// prompt waits for the running request only when the cache's size says the prompt cannot fit.
+func TestEngineKVCacheSize(t *testing.T) {
+	r := newTestRouter(t, Config{Seed: 5, Strategy: "least-ttft"}, 1)
+	defer r.Close()
+	pods, _ := r.Pods()
+	pod := pods[0]
+	if err := r.SetPodCapacity(pod, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Route("study", []byte("first"), "", 0); err != nil {
+		t.Fatal(err)
+	}
+	queueAfter := func(tokens uint64, family int) float64 {
+		if err := r.SetEngineKVCacheTokens(pod, tokens); err != nil {
+			t.Fatal(err)
+		}
+		kv := 0.99
+		now := uint64(family)
+		if err := r.ObserveEngine(pod, EngineSnapshot{Running: 1, KVUsage: &kv}, now); err != nil {
+			t.Fatal(err)
+		}
+		d, err := r.Route("study", []byte(studyPrompt(family, 1)), "", now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := decisionField(t, r, d.Ticket, "pred_queue_ms")
+		if err := r.Complete(d.Ticket, Cancelled, now); err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	if q := queueAfter(0, 1); q != 0 {
+		t.Fatalf("size unknown: queue %v", q)
+	}
+	if q := queueAfter(100_000, 2); q <= 0 {
+		t.Fatalf("1,000 tokens free: queue %v", q)
+	}
+	if q := queueAfter(0, 3); q != 0 {
+		t.Fatalf("unknown again: queue %v", q)
+	}
+	if err := r.SetEngineKVCacheTokens(PodID(4321), 1); !errors.Is(err, StatusUnknownPod) {
+		t.Fatalf("unknown pod: %v", err)
+	}
+}
+
 // decisionField is the number after "key=" in the ticket's decision line.
 func decisionField(t *testing.T, r *Router, ticket uint64, key string) float64 {
 	t.Helper()

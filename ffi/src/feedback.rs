@@ -220,7 +220,9 @@ const ENGINE_ALL: u32 = (1 << 3) - 1;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct kvroute_engine_snapshot {
     /// KV-cache usage in [0, 1] (`vllm:kv_cache_usage_perc`; several engines: the fullest).
-    /// From 0.95, least-ttft takes the pod to run no more sequences than `running`.
+    /// When the free share of the pod's KV cache (its size from
+    /// `kvroute_router_set_engine_kv_cache_tokens()`) cannot hold a request's uncached prompt,
+    /// least-ttft takes the pod to run no more sequences than `running`.
     pub kv_usage: f64,
     /// Prefix-cache queries in tokens, cumulative (`vllm:prefix_cache_queries_total`).
     pub prefix_queries: u64,
@@ -330,8 +332,8 @@ pub extern "C" fn kvroute_router_observe_engine(
 /// pod's prefill rate and overhead from the prefill pair together with the snapshot's
 /// `prefix_queries` and `prefix_hits` (prompt tokens computed per second of prefill, one
 /// sample per at least 4 prefills); where they come without a first-token time or without
-/// output tokens, its time per output token from the inter-token pair (one sample per at least
-/// 64 gaps between snapshots). A counter that went down (engine restart)
+/// output tokens, its time per output token from the inter-token pair (one sample per pair of
+/// snapshots with a gap between them). A counter that went down (engine restart)
 /// starts a new window. `snapshot` and `timing` are borrowed for the call only; `timing` may be
 /// NULL (no timing counters, the same as `kvroute_router_observe_engine()`). Returns
 /// `KVROUTE_STATUS_INVALID_PARAMETER` for unknown bits in `timing->known` or a set
@@ -353,7 +355,36 @@ pub extern "C" fn kvroute_router_observe_engine_timed(
             snapshot = try_status!(t.with_timing(snapshot));
         }
         let mut locked = try_status!(r.lock());
+        snapshot.kv_cache_tokens = locked.kv_cache_tokens.get(&pod).copied();
         try_status!(locked.router.observe_engine(PodId::from_u32(pod), snapshot, Timestamp::from_millis(now_ms)));
+        kvroute_status::Ok
+    }
+}
+
+/// Sets the size of the pod's engine KV cache in tokens (vLLM: `num_gpu_blocks` ×
+/// `block_size`, labels of `vllm:cache_config_info`; its log's "GPU KV cache size"), added to
+/// every engine snapshot recorded for the pod afterwards; 0 makes it unknown again (the
+/// default). With it and a snapshot's `kv_usage`, least-ttft takes a request whose uncached
+/// prompt does not fit in the free share to wait for a running sequence to end; without it,
+/// the KV cache is never taken as full. Returns `KVROUTE_STATUS_UNKNOWN_POD` for an id never
+/// issued or removed.
+#[no_mangle]
+pub extern "C" fn kvroute_router_set_engine_kv_cache_tokens(
+    router: *mut kvroute_router,
+    pod: kvroute_pod_id,
+    tokens: u64,
+) -> kvroute_status {
+    ffi_panic_boundary! {
+        let r = try_ref!(router);
+        let mut locked = try_status!(r.lock());
+        if locked.router.pod_name(PodId::from_u32(pod)).is_none() {
+            return kvroute_status::UnknownPod;
+        }
+        if tokens == 0 {
+            locked.kv_cache_tokens.remove(&pod);
+        } else {
+            locked.kv_cache_tokens.insert(pod, tokens);
+        }
         kvroute_status::Ok
     }
 }

@@ -230,7 +230,9 @@ pub extern "C" fn kvroute_router_remove_pod(
 ) -> kvroute_status {
     ffi_panic_boundary! {
         let r = try_ref!(router);
-        try_status!(try_status!(r.lock()).router.remove_pod(PodId::from_u32(pod)));
+        let mut locked = try_status!(r.lock());
+        try_status!(locked.router.remove_pod(PodId::from_u32(pod)));
+        locked.kv_cache_tokens.remove(&pod);
         kvroute_status::Ok
     }
 }

@@ -57,6 +57,9 @@ pub(crate) struct State {
     /// The decisions of open tickets, for `kvroute_router_explain()`. Entries leave on
     /// completion, or at the first tick after the router expired their ticket.
     pub(crate) decisions: BTreeMap<u64, Decision>,
+    /// The engines' KV cache sizes in tokens, by pod id, added to their snapshots
+    /// (`kvroute_router_set_engine_kv_cache_tokens()`).
+    pub(crate) kv_cache_tokens: BTreeMap<u32, u64>,
 }
 
 /// The router, locked. Dropping it during a panic poisons the handle.
@@ -95,6 +98,7 @@ impl RouterHandle {
             state: Mutex::new(State {
                 router,
                 decisions: BTreeMap::new(),
+                kv_cache_tokens: BTreeMap::new(),
             }),
         }
     }
@@ -250,7 +254,9 @@ pub extern "C" fn kvroute_router_tick(router: *mut kvroute_router, now_ms: u64) 
         let r = try_ref!(router);
         let mut locked = try_status!(r.lock());
         locked.router.handle_timeout(Timestamp::from_millis(now_ms));
-        let State { router, decisions } = &mut *locked;
+        let State {
+            router, decisions, ..
+        } = &mut *locked;
         decisions.retain(|&ticket, _| router.is_open(Ticket::from_u64(ticket)));
         kvroute_status::Ok
     }

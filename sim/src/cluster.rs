@@ -499,10 +499,15 @@ impl Cluster {
     fn snapshot(&mut self, now_us: u64, samples: &mut Vec<GaugeSample>) {
         let counters: Vec<EngineCounters> = self.engines.iter().map(Engine::counters).collect();
         for (e, (c, &id)) in counters.iter().zip(&self.pod_ids).enumerate() {
+            let config = self.engines[e].config();
             let snap = EngineSnapshot {
                 running: c.running,
                 waiting: c.waiting,
                 kv_usage: Some(c.kv_usage),
+                // As vLLM's cache_config_info gives it: num_gpu_blocks × block_size.
+                kv_cache_tokens: Some(
+                    u64::from(config.kv_capacity_blocks) * u64::from(config.block_size),
+                ),
                 prefix_queries: Some(c.prefix_cache_queries),
                 prefix_hits: Some(c.prefix_cache_hits),
                 prefill_seconds: Some(c.prefill_time_us as f64 / 1e6),

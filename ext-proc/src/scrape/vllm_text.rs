@@ -142,15 +142,38 @@ fn sample(line: &str) -> Option<Sample<'_>> {
 /// an `engine` label counts for every engine). `None` when absent or not a positive whole
 /// number; when several series disagree, the largest.
 pub fn engine_block_tokens(text: &str, rank: Option<u32>) -> Option<u32> {
+    cache_configs(text, rank)
+        .filter_map(|x| positive_label(&x, "block_size"))
+        .max()
+}
+
+/// The size of the engine's KV cache in tokens: `num_gpu_blocks` × `block_size`, labels of
+/// `vllm:cache_config_info` (vLLM's "GPU KV cache size"), for engine `rank` as in
+/// [`engine_block_tokens`]; when several series count, the smallest. `None` when no series
+/// has both as positive whole numbers.
+fn kv_cache_tokens(text: &str, rank: Option<u32>) -> Option<u64> {
+    cache_configs(text, rank)
+        .filter_map(|x| {
+            let blocks = u64::from(positive_label(&x, "num_gpu_blocks")?);
+            Some(blocks * u64::from(positive_label(&x, "block_size")?))
+        })
+        .min()
+}
+
+/// The `vllm:cache_config_info` samples that count for engine `rank` (all when `None`; a
+/// series without an `engine` label counts for every engine).
+fn cache_configs(text: &str, rank: Option<u32>) -> impl Iterator<Item = Sample<'_>> {
     let rank = rank.map(|r| r.to_string());
     text.lines()
         .filter(|l| l.trim_start().starts_with("vllm:cache_config_info"))
         .filter_map(sample)
         .filter(|x| x.name == "vllm:cache_config_info")
-        .filter(|x| rank.is_none() || x.engine().is_none() || x.engine() == rank.as_deref())
-        .filter_map(|x| x.label("block_size")?.parse::<u32>().ok())
-        .filter(|&b| b > 0)
-        .max()
+        .filter(move |x| rank.is_none() || x.engine().is_none() || x.engine() == rank.as_deref())
+}
+
+/// Label `key` as a positive whole number.
+fn positive_label(x: &Sample<'_>, key: &str) -> Option<u32> {
+    x.label(key)?.parse::<u32>().ok().filter(|&n| n > 0)
 }
 
 /// Parses vLLM's Prometheus text into a snapshot: `vllm:num_requests_running`,
@@ -165,7 +188,9 @@ pub fn engine_block_tokens(text: &str, rank: Option<u32>) -> Option<u32> {
 /// counters are accepted with or without the `_total` suffix (`_created` series are ignored). The
 /// KV-cache usage ratio (`vllm:kv_cache_usage_perc`, or `vllm:gpu_cache_usage_perc` from older
 /// vLLM) is the largest over label sets (a ratio does not add up; the fullest engine is the one a
-/// request may wait on), clamped to [0, 1]. Missing metrics stay `None` (running and waiting: 0),
+/// request may wait on), clamped to [0, 1]; the KV cache's size in tokens is `num_gpu_blocks` ×
+/// `block_size` of `vllm:cache_config_info` (the smallest engine's). Missing metrics stay `None`
+/// (running and waiting: 0),
 /// but a text with neither running nor waiting is not an engine's:
 /// [`ScrapeError::NoEngineMetrics`]. Negative values count as 0.
 pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
@@ -176,6 +201,7 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
 /// engine of a data-parallel server ([`crate::data_parallel`]). A text with no running or
 /// waiting series for that engine is [`ScrapeError::NoEngineMetrics`].
 pub fn parse_engine(text: &str, rank: Option<u32>) -> Result<EngineSnapshot, ScrapeError> {
+    let rank_number = rank;
     let rank = rank.map(|r| r.to_string());
     let mut s = Sums::default();
     let samples = text
@@ -226,6 +252,7 @@ pub fn parse_engine(text: &str, rank: Option<u32>) -> Result<EngineSnapshot, Scr
         running: count(s.running),
         waiting: count(s.waiting),
         kv_usage: s.kv_usage.map(|v| v.clamp(0.0, 1.0)),
+        kv_cache_tokens: kv_cache_tokens(text, rank_number),
         prefix_queries: total(s.queries),
         prefix_hits: total(s.hits),
         prefill_seconds: seconds(s.prefill_sum),
@@ -326,6 +353,7 @@ mod tests {
                 running: 5,
                 waiting: 4,
                 kv_usage: Some(0.5),
+                kv_cache_tokens: Some(160 * 1568),
                 prefix_queries: Some(1500),
                 prefix_hits: Some(600),
                 prefill_seconds: Some(12.5),
@@ -442,6 +470,36 @@ mod tests {
             "vllm:cache_config_info{num_gpu_blocks=\"16\"} 1\n",
         ] {
             assert_eq!(engine_block_tokens(bad, None), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_kv_cache_size_is_read_from_cache_config_info() {
+        let running = "vllm:num_requests_running 1\n";
+        let size = |config: &str, rank| {
+            let text = format!("{running}{config}");
+            parse_engine(&text, rank).ok()?.kv_cache_tokens
+        };
+        let one = "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"1000\"} 1\n";
+        assert_eq!(size(one, None), Some(16_000));
+        // Several engines behind one address: the smallest cache; per engine, its own (a
+        // series without an engine label counts for every engine).
+        let two = "vllm:num_requests_running{engine=\"0\"} 1\n\
+                   vllm:num_requests_running{engine=\"1\"} 1\n\
+                   vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"1000\"} 1\n\
+                   vllm:cache_config_info{block_size=\"16\",engine=\"1\",num_gpu_blocks=\"800\"} 1\n";
+        assert_eq!(size(two, None), Some(12_800));
+        assert_eq!(size(two, Some(0)), Some(16_000));
+        assert_eq!(size(two, Some(1)), Some(12_800));
+        assert_eq!(parse_engine(VLLM, Some(1)).unwrap().kv_cache_tokens, None);
+        for bad in [
+            "",
+            "vllm:cache_config_info{block_size=\"16\"} 1\n",
+            "vllm:cache_config_info{num_gpu_blocks=\"16\"} 1\n",
+            "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"0\"} 1\n",
+            "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"-5\"} 1\n",
+        ] {
+            assert_eq!(size(bad, None), None, "{bad:?}");
         }
     }
 }

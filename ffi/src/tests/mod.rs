@@ -418,6 +418,58 @@ fn engine_timing_counters_teach_the_least_ttft_model() {
     assert!((1_280.0..=1_400.0).contains(&queue), "{queue}");
 }
 
+/// One pod with two sequence slots, one request open on it, and an engine snapshot showing that
+/// request running with its KV cache 99% used: whether the next 8,000-byte request (2,000
+/// tokens at the prior 4 bytes per token, half of them expected uncached) waits for the
+/// running one depends on the KV cache's size.
+#[test]
+fn the_engine_kv_cache_size_decides_when_a_full_cache_makes_a_request_wait() {
+    let r = new_router("least-ttft");
+    let a = add(r, "a", "10.0.0.1:80");
+    assert_eq!(kvroute_router_set_pod_capacity(r, a, 2), kvroute_status::Ok);
+    route(r, b"first", 0).unwrap();
+    let queue_after = |tokens: u64, now: u64| {
+        assert_eq!(
+            kvroute_router_set_engine_kv_cache_tokens(r, a, tokens),
+            kvroute_status::Ok
+        );
+        let snapshot = kvroute_engine_snapshot {
+            running: 1,
+            kv_usage: 0.99,
+            known: KVROUTE_ENGINE_KV_USAGE,
+            ..Default::default()
+        };
+        assert_eq!(
+            kvroute_router_observe_engine(r, a, &snapshot, now),
+            kvroute_status::Ok
+        );
+        // A prompt the index has not seen (it learns each one routed).
+        let prompt = now.to_string().repeat(8_000);
+        let d = route(r, prompt.as_bytes(), now).unwrap();
+        let queue = decision_field(r, d.ticket, "pred_queue_ms");
+        let cancelled = kvroute_outcome::Cancelled as u32;
+        assert_eq!(
+            kvroute_router_complete(r, d.ticket, cancelled, now),
+            kvroute_status::Ok
+        );
+        queue
+    };
+    assert_eq!(queue_after(0, 1), 0.0, "size unknown: never full");
+    assert_eq!(queue_after(10_000_000, 2), 0.0, "100,000 tokens free");
+    assert!(queue_after(100_000, 3) > 0.0, "1,000 tokens free");
+    assert_eq!(queue_after(0, 4), 0.0, "unknown again");
+    assert_eq!(
+        kvroute_router_set_engine_kv_cache_tokens(r, 99, 1),
+        kvroute_status::UnknownPod
+    );
+    assert_eq!(kvroute_router_remove_pod(r, a), kvroute_status::Ok);
+    assert_eq!(
+        kvroute_router_set_engine_kv_cache_tokens(r, a, 1),
+        kvroute_status::UnknownPod
+    );
+    kvroute_router_free(r);
+}
+
 /// A first-token report with everything it reads: 2,000 prompt tokens, none cached, the first
 /// token `first_token_ms` after routing.
 fn first_token_timings(first_token_ms: u64) -> kvroute_timings {

@@ -16,9 +16,14 @@ pub struct EngineSnapshot {
     /// Requests waiting (`vllm:num_requests_waiting`).
     pub waiting: u32,
     /// KV cache usage in [0, 1] (`vllm:kv_cache_usage_perc`; with several engines behind one
-    /// address, the fullest), when known. From 0.95 the pod is taken to run no more sequences
-    /// than the snapshot's `running`: a request routed since waits for one of them to end.
+    /// address, the fullest), when known. When the free share of `kv_cache_tokens` cannot
+    /// hold a request's uncached prompt, the pod is taken to run no more sequences than the
+    /// snapshot's `running`: the request waits for one of them to end.
     pub kv_usage: Option<f64>,
+    /// The size of the engine's KV cache in tokens (`num_gpu_blocks` × `block_size`, labels of
+    /// `vllm:cache_config_info`; with several engines behind one address, the smallest), when
+    /// known. Without it the KV cache is never taken as full.
+    pub kv_cache_tokens: Option<u64>,
     /// Prefix-cache queries in tokens, cumulative (`vllm:prefix_cache_queries_total`).
     pub prefix_queries: Option<u64>,
     /// Prefix-cache hits in tokens, cumulative (`vllm:prefix_cache_hits_total`).
@@ -61,10 +66,6 @@ pub struct EngineSnapshot {
 /// straddling the window's ends weigh less).
 const MIN_ENGINE_PREFILLS: u64 = 4;
 
-/// Output-token gaps an engine must have reported since the last TPOT sample before the next
-/// one is taken from its counters.
-const MIN_ENGINE_TOKEN_GAPS: u64 = 64;
-
 /// Where the last rate sample taken from an engine's counters left off.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(crate) struct EngineRateBase {
@@ -102,9 +103,6 @@ impl RoutedTotals {
     }
 }
 
-/// How much an older prefill window weighs in the fit, per newer window.
-const FIT_DECAY: f64 = 0.9;
-
 /// One window of an engine's prefill counters.
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct PrefillWindow {
@@ -124,8 +122,9 @@ struct PrefillFit {
 }
 
 impl PrefillFit {
-    fn add(&mut self, w: PrefillWindow) {
-        let d = FIT_DECAY;
+    /// Adds a window, the older ones weighing `decay` times what they weighed.
+    fn add(&mut self, w: PrefillWindow, decay: f64) {
+        let d = decay;
         self.pp = d * self.pp + w.prefills * w.prefills;
         self.pt = d * self.pt + w.prefills * w.tokens;
         self.tt = d * self.tt + w.tokens * w.tokens;
@@ -249,9 +248,9 @@ impl PodModel {
 
     /// Learns the pod's prefill rate and TPOT from the engine's cumulative counters: prompt
     /// tokens computed (prefix-cache queries − hits) per second of prefill time, over at least
-    /// [`MIN_ENGINE_PREFILLS`] prefills; inter-token seconds per gap, over at least
-    /// [`MIN_ENGINE_TOKEN_GAPS`] gaps. A counter that went down (engine restart) starts a new
-    /// window without a sample.
+    /// [`MIN_ENGINE_PREFILLS`] prefills; inter-token seconds per gap, over every window with
+    /// a gap (the mean of a window's gaps is a sample as a completion's TPOT is). A counter
+    /// that went down (engine restart) starts a new window without a sample.
     fn learn_from_engine(&mut self, s: &EngineSnapshot, cfg: &TtftConfig) {
         if self.first_tokens != Reports::Missing {
             // Completions report first tokens: they teach the prefill rate and overhead.
@@ -282,7 +281,7 @@ impl PodModel {
         } else if let (Some(n), Some(secs)) = (s.inter_tokens, s.inter_token_seconds) {
             match self.engine_rates.decode {
                 Some((n0, s0)) if n >= n0 && secs >= s0 => {
-                    if n - n0 >= MIN_ENGINE_TOKEN_GAPS {
+                    if n > n0 {
                         self.tpot_ms
                             .learn((secs - s0) * 1_000.0 / (n - n0) as f64, cfg);
                         self.engine_rates.decode = Some((n, secs));
@@ -294,7 +293,8 @@ impl PodModel {
     }
 
     /// Fits `seconds = prefills × overhead + tokens / rate` to the windows seen so far (least
-    /// squares, older windows decaying by [`FIT_DECAY`] each) and learns the fitted rate and
+    /// squares, each older window weighing `1 − learning_rate` times what it weighed, as an
+    /// older sample does in every learned average) and learns the fitted rate and
     /// overhead. While the windows cannot separate the two (too few, or tokens proportional to
     /// prefills) or the fit is not positive, the window's plain ratio `tokens / seconds` is the
     /// rate sample (low by the overhead) and the overhead is left alone.
@@ -303,7 +303,7 @@ impl PodModel {
             return;
         }
         let fit = &mut self.engine_rates.fit;
-        fit.add(w);
+        fit.add(w, 1.0 - cfg.learning_rate);
         match fit.solve() {
             Some((overhead_s, s_per_token)) => {
                 self.prefill_tps.learn(1.0 / s_per_token, cfg);
@@ -359,11 +359,10 @@ mod tests {
         let before = (pod.prefill_tps.get(), pod.tpot_ms.get());
         pod.observe(snap(1), t(40_000), &c);
         assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), before);
-        // Fewer than 4 prefills or 64 gaps since the last sample: no sample yet.
+        // Fewer than 4 prefills since the last sample, and no gap: no sample yet.
         let mut few = snap(1);
         few.prefills = Some(7);
         few.prefill_seconds = Some(100.0);
-        few.inter_tokens = Some(450);
         few.inter_token_seconds = Some(100.0);
         pod.observe(few, t(41_000), &c);
         assert_eq!((pod.prefill_tps.get(), pod.tpot_ms.get()), before);

@@ -2,7 +2,7 @@
 //! sequence slots and FCFS prefill (the model in the [`super`] docs), and the commit of a routed
 //! request to its pod.
 
-use super::{GlobalModel, OpenRequest, PodModel, TtftConfig};
+use super::{EngineSnapshot, GlobalModel, OpenRequest, PodModel, TtftConfig};
 use crate::ids::Ticket;
 use crate::time::Timestamp;
 
@@ -12,11 +12,6 @@ const OVERRUN_TAIL: f64 = 0.4;
 
 /// The `extra` assumed for a pod no sample has spoken for yet (see the [`super`] docs).
 const UNSAMPLED_EXTRA: f64 = 0.5;
-
-/// The KV-cache usage from which an engine is taken to run no more sequences than it was
-/// running: vLLM schedules a request only if its blocks fit, and at this usage a prompt of a
-/// few thousand tokens rarely does.
-const KV_FULL: f64 = 0.95;
 
 /// The most unseen requests (engine queue minus this router's own) one snapshot can add to an
 /// estimate. The replay is linear in them; beyond a few thousand queued requests the pod is
@@ -102,14 +97,26 @@ pub(crate) fn predicted_end(
     })
 }
 
+/// Whether the snapshot shows less free KV cache than `uncached` prompt tokens need, in whole
+/// engine blocks of `block` tokens (at least one): vLLM schedules a prompt only when the
+/// blocks it computes fit beside the running sequences' (its cached blocks are in the cache
+/// already). False when the cache's size or usage is unknown.
+fn kv_full(snapshot: &EngineSnapshot, uncached: f64, block: f64) -> bool {
+    let (Some(usage), Some(size)) = (snapshot.kv_usage, snapshot.kv_cache_tokens) else {
+        return false;
+    };
+    let free = (1.0 - usage) * size as f64;
+    free < (uncached / block).ceil().max(1.0) * block
+}
+
 /// Predicts the TTFT of `job` on the pod by replaying the pod's open requests through its
 /// sequence slots and FCFS prefill with the current learned rates (so a wrong earlier guess
 /// does not stick): each open request takes the earliest free slot at or after its issue time,
 /// prefills after the requests before it (or until its reported first token), then decodes; one
 /// still open past that is assumed to need [`OVERRUN_TAIL`] of a decode more, or as long again
 /// as it has overrun. A fresh engine snapshot adds the requests the router did not route,
-/// as half-done; if it shows the KV cache at least [`KV_FULL`] used, the pod has only as many
-/// slots as the snapshot shows running. The new request then takes the next slot and
+/// as half-done; if it shows too little free KV cache for the request's uncached prompt
+/// ([`kv_full`]), the pod has only as many slots as the snapshot shows running. The new request then takes the next slot and
 /// prefills after all of them, stalling the requests still decoding then. `scratch` is reused
 /// space for the slot heap.
 pub(crate) fn estimate(
@@ -158,10 +165,11 @@ pub(crate) fn estimate(
             .saturating_sub(engine.own_open)
             .min(MAX_UNSEEN)
     });
-    // An engine whose KV cache is full runs no more sequences than it was running: its slots
-    // are the ones those hold (freed as requests end), not its configured capacity.
+    // An engine whose KV cache cannot take the prompt runs no more sequences than it was
+    // running: its slots are the ones those hold (freed as requests end), not its configured
+    // capacity.
     let capacity = match fresh {
-        Some(e) if e.snapshot.kv_usage.is_some_and(|u| u >= KV_FULL) => {
+        Some(e) if kv_full(&e.snapshot, uncached, block) => {
             pod.capacity().min(e.snapshot.running.max(1))
         }
         _ => pod.capacity(),
@@ -494,21 +502,31 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
         };
-        let queue_at = |pod: &mut PodModel, kv_usage| {
+        // A KV cache of 100,000 tokens: the prompt's one engine block (1,568 tokens) fits
+        // while 1,568 are free.
+        const KV: Option<u64> = Some(100_000);
+        let queue_at = |pod: &mut PodModel, kv_usage, kv_cache_tokens| {
             let snapshot = EngineSnapshot {
                 running: 1,
                 kv_usage,
+                kv_cache_tokens,
                 ..Default::default()
             };
             pod.observe(snapshot, t(0), &c);
             estimate(pod, &g, &c, job, t(0), &mut Vec::new()).queue_ms
         };
-        assert_eq!(queue_at(&mut pod, Some(0.5)), 0.0);
-        assert_eq!(queue_at(&mut pod, None), 0.0);
+        assert_eq!(queue_at(&mut pod, Some(0.5), KV), 0.0);
+        assert_eq!(queue_at(&mut pod, None, KV), 0.0);
+        assert_eq!(queue_at(&mut pod, Some(0.98), KV), 0.0, "2,000 tokens free");
         assert_eq!(
-            queue_at(&mut pod, Some(0.97)),
+            queue_at(&mut pod, Some(1.0), None),
+            0.0,
+            "the cache's size unknown"
+        );
+        assert_eq!(
+            queue_at(&mut pod, Some(0.99), KV),
             6_350.0,
-            "the open request's predicted end"
+            "1,000 tokens free: the open request's predicted end"
         );
         // A stale snapshot says nothing.
         assert_eq!(
@@ -535,6 +553,7 @@ mod tests {
             EngineSnapshot {
                 running: 1,
                 kv_usage: Some(1.0),
+                kv_cache_tokens: KV,
                 ..Default::default()
             },
             t(0),
@@ -545,6 +564,7 @@ mod tests {
         // Nothing running at all: full or not, the request starts at once.
         let idle = EngineSnapshot {
             kv_usage: Some(1.0),
+            kv_cache_tokens: KV,
             ..Default::default()
         };
         pod.observe(idle, t(0), &c);

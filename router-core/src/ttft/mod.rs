@@ -82,10 +82,12 @@
 //!   `unseen = running + waiting − own`, where `own` is the number of this router's open
 //!   requests on the pod when the snapshot was recorded. (Requests routed or completed since
 //!   then are in, or gone from, the open requests already, so neither is counted twice.)
-//!   At most `MAX_UNSEEN` (4,096) are counted. A fresh snapshot whose KV-cache usage is at
-//!   least `KV_FULL` (0.95) also caps `capacity_p` at the sequences it shows running (vLLM
+//!   At most `MAX_UNSEEN` (4,096) are counted. A fresh snapshot whose free KV cache
+//!   (`(1 − kv_usage) × kv_cache_tokens`) is smaller than the request's uncached prompt, in
+//!   whole engine blocks, also caps `capacity_p` at the sequences it shows running (vLLM
 //!   admits a request only when its blocks fit): requests routed since wait, one after
-//!   another, for those to end; one that ended since frees its slot.
+//!   another, for those to end; one that ended since frees its slot. An engine that does not
+//!   report its KV cache's size is never taken as full.
 //! - `prefill_rate_p`, `overhead_p` and `tpot_p` start at configured priors and are learned per
 //!   pod from successful completions (the prompt-side samples, prefill rate or overhead, from
 //!   the first token when the shell reports it, a whole decode earlier); `bytes_per_token` and
@@ -113,9 +115,10 @@
 //! - Engine snapshots that carry vLLM's cumulative timing counters (where the router sees no
 //!   first token, as behind Envoy) are a second source for the same per-pod rates: one
 //!   prefill-rate sample per at least 4 prefills (prompt tokens computed, i.e. prefix-cache
-//!   queries − hits, per second of `request_prefill_time`) and one TPOT sample per at least 64
-//!   output-token gaps (`time_per_output_token`). The prefill windows are fitted together to
-//!   `prefill seconds = prefills × overhead + tokens / rate` (decayed least squares), which
+//!   queries − hits, per second of `request_prefill_time`) and one TPOT sample per window with
+//!   an output-token gap (`time_per_output_token`). The prefill windows are fitted
+//!   together to `prefill seconds = prefills × overhead + tokens / rate` (least squares, each
+//!   older window weighing `1 − learning_rate` times what it weighed, as in every EWMA here), which
 //!   also teaches the overhead; until they separate the two, a window's plain ratio is the rate
 //!   sample. Prefills that overlap on the engine each count their whole duration, so under
 //!   overlap the rate comes out low (the model then leans towards cached pods).
