@@ -508,6 +508,8 @@ fn a_long_wait_sends_a_request_to_probe_an_idle_unknown_pod() {
         ttft: kvroute_core::TtftConfig {
             max_seqs: 2,
             prefill_tokens_per_s: 100.0,
+            // Samples cannot move the rates: the priors stay whatever the answers show.
+            max_sample_ratio: 1.0,
             explore_wait_ms,
             ..ttft_config().ttft
         },
@@ -519,14 +521,15 @@ fn a_long_wait_sends_a_request_to_probe_an_idle_unknown_pod() {
         let s = salt(&mut rng);
         let hashing = r.hash_config();
         let prompt = |i: u32| hashing.hashes(study_prompt(&s, 0, i).as_bytes());
-        // The first request probes its pod; its answer makes the pod known (and, with less
-        // than a block to prefill, teaches no prefill rate: the prior stays).
+        // The first request probes its pod; its answer, nothing cached, makes the pod known
+        // as cold beyond the index. (An answer all cached would have shown engines warmed
+        // outside the router, and the other pod, untried, would be priced warm too.)
         let first = r.route(RouteRequest::new(MODEL, &prompt(0)), t(0)).unwrap();
         let known = first.pod;
         let answer = kvroute_core::Timings {
             first_token_ms: Some(1_600),
             prompt_tokens: Some(5_000),
-            cached_tokens: Some(4_704),
+            cached_tokens: Some(0),
             ..Default::default()
         };
         r.first_token(first.ticket, answer, t(1_600)).unwrap();
@@ -561,6 +564,41 @@ fn a_long_wait_sends_a_request_to_probe_an_idle_unknown_pod() {
         waited[..3].iter().all(|(home, _, probe)| *home && !probe) && waited[1].1 >= 500,
         "{waited:?}"
     );
+}
+
+/// A pod's answer that its engine reused a prompt the router had never sent it (engines warmed
+/// outside the router: a restarted router, other routers) prices the pods not yet tried as that
+/// warm too, instead of the probe's half-warm guess; an answer that the engine held nothing
+/// leaves them at the guess.
+#[test]
+fn an_answer_from_an_engine_warmed_outside_the_router_prices_untried_pods_warm() {
+    let untried_cached_share = |cached_tokens: u32| {
+        let (mut r, _) = router_with_pods(2, ttft_config());
+        let mut rng = fastrand::Rng::with_seed(3);
+        let s = salt(&mut rng);
+        let hashing = r.hash_config();
+        let prompt = |family: usize| hashing.hashes(study_prompt(&s, family, 0).as_bytes());
+        let first = r.route(RouteRequest::new(MODEL, &prompt(0)), t(0)).unwrap();
+        assert_eq!(first.reason, Reason::LeastTtft, "{first}");
+        let answer = kvroute_core::Timings {
+            first_token_ms: Some(200),
+            prompt_tokens: Some(5_000),
+            cached_tokens: Some(cached_tokens),
+            ..Default::default()
+        };
+        r.first_token(first.ticket, answer, t(200)).unwrap();
+        // Another family, indexed nowhere: the idle pod, untried, takes it.
+        let d = r
+            .route(RouteRequest::new(MODEL, &prompt(1)), t(300))
+            .unwrap();
+        assert_ne!(d.pod, first.pod, "{d}");
+        let p = d.prediction;
+        f64::from(p.cached_tokens) / f64::from(p.prompt_tokens)
+    };
+    let warm = untried_cached_share(4_704);
+    assert!(warm > 0.9, "priced as the answering pod's engine: {warm}");
+    let cold = untried_cached_share(0);
+    assert!((0.4..=0.5).contains(&cold), "the probe's guess: {cold}");
 }
 
 /// With token-block keys (a shell that tokenizes as the engine does) the model counts tokens

@@ -197,6 +197,8 @@ struct JobSize {
     /// The previous turn's answer as the model expects it (the learned output length), in
     /// tokens: what the session's pod holds beyond the index's match.
     answer_tokens: f64,
+    /// The `extra` a pod that may be probed is priced at ([`ttft::probe_extra`]).
+    probe_extra: f64,
 }
 
 impl JobSize {
@@ -211,6 +213,7 @@ impl JobSize {
                 0.0
             },
             max_output_tokens: self.max_output_tokens,
+            probe_extra: self.probe_extra,
         }
     }
 }

@@ -30,6 +30,7 @@ impl Router {
         );
         let session_pod = s.session.map_or(usize::MAX, |i| s.cands[i].pod.index());
         let answer_tokens = self.global.output_tokens.get();
+        let probe_extra = ttft::probe_extra(s.cands.iter().map(|c| &pods[c.pod.index()].model));
         let size = match req.tokens {
             Some(t) => JobSize {
                 prompt_bytes: 0.0,
@@ -38,6 +39,7 @@ impl Router {
                 max_output_tokens: req.max_output_tokens,
                 session_pod,
                 answer_tokens,
+                probe_extra,
             },
             None => {
                 let block = self.hash.block_size() as f64;
@@ -54,6 +56,7 @@ impl Router {
                     max_output_tokens: req.max_output_tokens,
                     session_pod,
                     answer_tokens,
+                    probe_extra,
                 }
             }
         };

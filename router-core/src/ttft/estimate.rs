@@ -10,8 +10,25 @@ use crate::time::Timestamp;
 /// predicted end (it is running long, so its remaining time is uncertain, not zero).
 const OVERRUN_TAIL: f64 = 0.4;
 
-/// The `extra` assumed for a pod no sample has spoken for yet (see the [`super`] docs).
-const UNSAMPLED_EXTRA: f64 = 0.5;
+/// The `extra` assumed for a pod no sample has spoken for yet, while no pod has shown an
+/// engine warm with what the router never sent it (see [`probe_extra`] and the [`super`] docs).
+pub(crate) const UNSAMPLED_EXTRA: f64 = 0.5;
+
+/// The `extra` a pod that may be probed is priced at, given the models of the pods competing
+/// for the request: [`UNSAMPLED_EXTRA`], raised to the mean `unrouted` of the pods that have
+/// one. When the pods that answered reused prompts the router had never sent them, their
+/// engines were warmed outside it (a restarted router, other routers), and an untried pod
+/// likely was too; cold answers do not lower the guess below the probe's (an untried pod is
+/// still worth trying).
+pub(crate) fn probe_extra<'a>(pods: impl Iterator<Item = &'a PodModel>) -> f64 {
+    let (n, sum) = pods
+        .filter(|p| p.unrouted.sampled())
+        .fold((0u32, 0.0), |(n, sum), p| (n + 1, sum + p.unrouted.get()));
+    if n == 0 {
+        return UNSAMPLED_EXTRA;
+    }
+    (sum / f64::from(n)).max(UNSAMPLED_EXTRA)
+}
 
 /// The most unseen requests (engine queue minus this router's own) one snapshot can add to an
 /// estimate. The replay is linear in them; beyond a few thousand queued requests the pod is
@@ -59,6 +76,8 @@ pub(crate) struct Job {
     pub(crate) session_tokens: f64,
     /// The request's output-token limit, if it sets one.
     pub(crate) max_output_tokens: Option<u32>,
+    /// The `extra` the pod is priced at if it may be probed ([`probe_extra`]).
+    pub(crate) probe_extra: f64,
 }
 
 /// A decode's predicted length: the expected output tokens, at most the request's limit,
@@ -136,7 +155,7 @@ pub(crate) fn estimate(
     let indexed = (matched_tokens / block).floor() * block;
     let reusable = (job.prompt_tokens / block).floor() * block;
     let extra = if pod.may_probe() {
-        UNSAMPLED_EXTRA
+        job.probe_extra
     } else {
         pod.extra.get()
     };
@@ -295,6 +314,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.cached_tokens, 4_704.0);
@@ -315,6 +335,7 @@ mod tests {
             exact: false,
             session_tokens: 300.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.indexed_tokens, 3_136.0);
@@ -353,6 +374,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
         assert_eq!(e.queue_ms, 6_350.0, "both slots free at 1,000 + 6,350");
@@ -398,6 +420,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         let queue_behind = |pod: &mut PodModel, limit| {
             pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0, limit)];
@@ -431,6 +454,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         let idle = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(idle.stall_ms, 0.0, "nothing to stall on an idle pod");
@@ -448,6 +472,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         assert_eq!(
             estimate(&pod, &g, &c, cached, t(100), &mut Vec::new()).stall_ms,
@@ -482,6 +507,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         assert!(estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new()).queue_ms > 0.0);
         assert_eq!(
@@ -501,6 +527,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         // A KV cache of 100,000 tokens: the prompt's one engine block (1,568 tokens) fits
         // while 1,568 are free.
@@ -597,6 +624,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         assert_eq!(
             estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms,
@@ -622,6 +650,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
         };
         let cached =
             |pod: &PodModel| estimate(pod, &g, &c, job, t(0), &mut Vec::new()).cached_tokens;
@@ -651,5 +680,40 @@ mod tests {
         pod.cached_tokens = Reports::Missing;
         assert_eq!(cached(&pod), 0.0);
         assert!(!pod.may_probe());
+    }
+
+    #[test]
+    fn engines_warm_with_what_the_router_never_sent_raise_the_probes_guess() {
+        let c = cfg(); // engine blocks of 1,568 tokens
+        let fresh = || PodModel::new(&c);
+        assert_eq!(probe_extra([fresh(), fresh()].iter()), UNSAMPLED_EXTRA);
+        // A answered a prompt none of which was indexed there from its cache: engines are
+        // warmed outside the router, and an untried pod is priced as warm as A's answers.
+        let mut warm = fresh();
+        warm.learn_reuse(5_000.0, 0.0, 5_000.0, &c);
+        assert_eq!(probe_extra([warm.clone(), fresh()].iter()), 1.0);
+        // A cold answer of the same kind averages in, but never below the probe's guess.
+        let mut cold = fresh();
+        cold.learn_reuse(0.0, 0.0, 5_000.0, &c);
+        assert_eq!(probe_extra([warm.clone(), cold.clone()].iter()), 0.5);
+        assert_eq!(probe_extra([cold].iter()), UNSAMPLED_EXTRA);
+        // Reuse beyond what the index placed on the pod (a conversation's answer) says
+        // nothing about the other pods.
+        let mut beyond = fresh();
+        beyond.learn_reuse(4_000.0, 3_136.0, 2_000.0, &c);
+        assert!(beyond.extra.sampled());
+        assert_eq!(probe_extra([beyond].iter()), UNSAMPLED_EXTRA);
+        // The untried pod's estimate uses the raised guess.
+        let g = GlobalModel::new(&c);
+        let job = Job {
+            prompt_tokens: 6_272.0, // 4 engine blocks
+            matched_tokens: 0.0,
+            exact: false,
+            session_tokens: 0.0,
+            max_output_tokens: None,
+            probe_extra: probe_extra([warm].iter()),
+        };
+        let e = estimate(&fresh(), &g, &c, job, t(0), &mut Vec::new());
+        assert_eq!(e.cached_tokens, 6_272.0);
     }
 }

@@ -159,6 +159,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
+            probe_extra: crate::ttft::estimate::UNSAMPLED_EXTRA,
         };
         // Nothing is known of the pod yet: half of what the index does not know is assumed
         // cached (whole blocks aside), so that a warm pod gets tried.

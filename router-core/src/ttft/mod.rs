@@ -41,7 +41,10 @@
 //!   the share of the rest it reused anyway (above 0 when the engine holds prefixes the index
 //!   never saw: warm engines, other routers). The first sample replaces the prior and the
 //!   `n`-th weighs `max(1/n, learning_rate)`. Until a pod's first sample, its `extra_p` is
-//!   taken as 0.5 (as likely warm as not) for one probe at a time: the first request with at
+//!   taken as 0.5 (as likely warm as not), raised to the mean `unrouted_q` of the competing
+//!   pods that have one (`extra` learned only from prompts of which nothing was indexed on
+//!   `q`: its engine was warmed outside the router, so an untried pod's likely was too; see
+//!   [`probe_extra`]), for one probe at a time: the first request with at
 //!   least a block the index does not place there that is routed to it; until that probe
 //!   is answered (its cached tokens at its first token or with its completion, or the first
 //!   engine-counter window, below, that holds its prefill, whichever comes first) or ends,
@@ -155,6 +158,7 @@ pub use calibration::{TtftCalibration, TtftErrors};
 pub use config::{TtftConfig, TtftSettingError};
 pub use engine::EngineSnapshot;
 pub(crate) use engine::{EngineRateBase, ObservedEngine, RoutedTotals};
+pub(crate) use estimate::probe_extra;
 pub(crate) use estimate::{commit, estimate, predicted_end, Estimate, Job};
 pub(crate) use learn::{learn, learn_first_token, TicketContext};
 pub(crate) use learned::{Ewma, Fraction};
@@ -210,6 +214,11 @@ pub(crate) struct PodModel {
     pub(crate) overhead_ms: Ewma,
     pub(crate) trust: Fraction,
     pub(crate) extra: Fraction,
+    /// `extra` learned from prompts of which nothing was indexed on the pod only: the share
+    /// the engine reused although the router had sent it none of the prompt (warm engines
+    /// behind a restarted router, other routers), the fleet's evidence for pods not yet
+    /// probed ([`probe_extra`]).
+    pub(crate) unrouted: Fraction,
     /// The open request sent to find out whether the pod holds what the index does not know
     /// (routed while `extra` had no sample, with at least a block unindexed); until it reports,
     /// other requests do not count on the assumption that the pod holds half of it.
@@ -245,6 +254,7 @@ impl PodModel {
             overhead_ms: Ewma::new(cfg.overhead_ms),
             trust: Fraction::new(1.0),
             extra: Fraction::new(0.0),
+            unrouted: Fraction::new(0.0),
             probe: None,
             open: Vec::new(),
             engine: None,
@@ -280,7 +290,11 @@ impl PodModel {
             self.trust.learn(hit.min(indexed) / indexed, cfg);
         }
         if other >= block {
-            self.extra.learn((hit - indexed).max(0.0) / other, cfg);
+            let reused = (hit - indexed).max(0.0) / other;
+            self.extra.learn(reused, cfg);
+            if indexed < block {
+                self.unrouted.learn(reused, cfg);
+            }
         }
     }
 
