@@ -222,7 +222,9 @@ pub struct TtftSection {
     pub learning_rate: Option<f64>,
     /// Samples are clamped to within this factor of the estimate (default 3).
     pub max_sample_ratio: Option<f64>,
-    /// Engine snapshots older than this are ignored, ms (default 2,000).
+    /// Engine snapshots older than this are ignored, ms (default: twice
+    /// `[engine_metrics] scrape_interval_ms`, so that a snapshot stays fresh until one scrape
+    /// is missed; 2,000 with scraping off).
     pub snapshot_max_age_ms: Option<u64>,
     /// Predictions closer than this tie, ms (default 300).
     pub tie_ms: Option<f64>,
@@ -235,10 +237,14 @@ pub struct TtftSection {
 }
 
 impl TtftSection {
-    /// The core's configuration: each present key over [`TtftConfig::default`]. Validation is
-    /// the core's ([`RouterConfig::validate`]).
-    pub fn to_core(&self) -> TtftConfig {
+    /// The core's configuration: each present key over [`TtftConfig::default`], except
+    /// `snapshot_max_age_ms`, twice `scrape_interval` when it is unset and engines are scraped.
+    /// Validation is the core's ([`RouterConfig::validate`]).
+    pub fn to_core(&self, scrape_interval: Option<Duration>) -> TtftConfig {
         let d = TtftConfig::default();
+        let max_age = scrape_interval.map_or(d.snapshot_max_age_ms, |i| {
+            u64::try_from(i.as_millis().saturating_mul(2)).unwrap_or(u64::MAX)
+        });
         TtftConfig {
             bytes_per_token: self.bytes_per_token.unwrap_or(d.bytes_per_token),
             engine_block_tokens: self.engine_block_tokens.unwrap_or(d.engine_block_tokens),
@@ -249,7 +255,7 @@ impl TtftSection {
             output_tokens: self.output_tokens.unwrap_or(d.output_tokens),
             learning_rate: self.learning_rate.unwrap_or(d.learning_rate),
             max_sample_ratio: self.max_sample_ratio.unwrap_or(d.max_sample_ratio),
-            snapshot_max_age_ms: self.snapshot_max_age_ms.unwrap_or(d.snapshot_max_age_ms),
+            snapshot_max_age_ms: self.snapshot_max_age_ms.unwrap_or(max_age),
             tie_ms: self.tie_ms.unwrap_or(d.tie_ms),
             stall_weight: self.stall_weight.unwrap_or(d.stall_weight),
             explore_wait_ms: self.explore_wait_ms.unwrap_or(d.explore_wait_ms),
@@ -463,6 +469,11 @@ pub fn build(
             spec: default_strategy_text.clone(),
             source,
         })?;
+    let em = &file.engine_metrics;
+    let interval_ms = em
+        .scrape_interval_ms
+        .unwrap_or(DEFAULT_SCRAPE_INTERVAL.as_millis() as u64);
+    let scrape_interval = (interval_ms > 0).then(|| Duration::from_millis(interval_ms));
     let pc = &file.prefix_cache;
     let defaults = RouterConfig::default();
     let router = RouterConfig {
@@ -485,7 +496,7 @@ pub fn build(
             .standard_deviation_factor
             .unwrap_or(defaults.stddev_factor),
         default_strategy,
-        ttft: file.ttft.to_core(),
+        ttft: file.ttft.to_core(scrape_interval),
         health: file.health.to_core()?,
     };
     router.validate()?;
@@ -502,11 +513,6 @@ pub fn build(
     let grace = o.shutdown_grace_secs.or(file.limits.shutdown_grace_secs);
     let shutdown_grace = grace.map_or(DEFAULT_SHUTDOWN_GRACE, Duration::from_secs);
 
-    let em = &file.engine_metrics;
-    let interval_ms = em
-        .scrape_interval_ms
-        .unwrap_or(DEFAULT_SCRAPE_INTERVAL.as_millis() as u64);
-    let scrape_interval = (interval_ms > 0).then(|| Duration::from_millis(interval_ms));
     let scrape_timeout = em
         .scrape_timeout_ms
         .map_or(DEFAULT_SCRAPE_TIMEOUT, Duration::from_millis);

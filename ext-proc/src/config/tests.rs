@@ -211,6 +211,34 @@ fn ttft_section_maps_to_the_core_with_its_defaults() {
     ));
 }
 
+/// Unset, `ttft.snapshot_max_age_ms` is twice the scrape interval: a snapshot stays fresh
+/// until one scrape is missed, whatever the interval.
+#[test]
+fn the_snapshot_max_age_follows_the_scrape_interval_unless_set() {
+    let max_age = |section: &str| {
+        let text = format!(
+            "{section}\n[models.m]\npods = [{{ name = \"a\", address = \"127.0.0.1:1\" }}]"
+        );
+        load(&text, &[], Overrides::default())
+            .unwrap()
+            .router
+            .ttft
+            .snapshot_max_age_ms
+    };
+    assert_eq!(max_age(""), 2_000, "the default interval, 1 s");
+    assert_eq!(
+        max_age("[engine_metrics]\nscrape_interval_ms = 5000"),
+        10_000
+    );
+    assert_eq!(
+        max_age("[engine_metrics]\nscrape_interval_ms = 0"),
+        2_000,
+        "no scraping"
+    );
+    let set = "[ttft]\nsnapshot_max_age_ms = 700\n[engine_metrics]\nscrape_interval_ms = 5000";
+    assert_eq!(max_age(set), 700);
+}
+
 #[test]
 fn a_pod_may_serve_two_models_at_one_address() {
     let two = "[models.m1]\npods = [{ name = \"a\", address = \"127.0.0.1:1\" }]\n[models.m2]\npods = [{ name = \"a\", address = \"127.0.0.1:1\" }]";
