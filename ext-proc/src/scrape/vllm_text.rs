@@ -190,8 +190,7 @@ fn positive_label(x: &Sample<'_>, key: &str) -> Option<u32> {
 /// vLLM) is the largest over label sets (a ratio does not add up; the fullest engine is the one a
 /// request may wait on), clamped to [0, 1]; the KV cache's size in tokens is `num_gpu_blocks` ×
 /// `block_size` of `vllm:cache_config_info` (the smallest engine's). Missing metrics stay `None`
-/// (running and waiting: 0),
-/// but a text with neither running nor waiting is not an engine's:
+/// (running and waiting: 0), but a text with neither running nor waiting is not an engine's:
 /// [`ScrapeError::NoEngineMetrics`]. Negative values count as 0.
 pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
     parse_engine(text, None)
@@ -201,13 +200,12 @@ pub fn parse(text: &str) -> Result<EngineSnapshot, ScrapeError> {
 /// engine of a data-parallel server ([`crate::data_parallel`]). A text with no running or
 /// waiting series for that engine is [`ScrapeError::NoEngineMetrics`].
 pub fn parse_engine(text: &str, rank: Option<u32>) -> Result<EngineSnapshot, ScrapeError> {
-    let rank_number = rank;
-    let rank = rank.map(|r| r.to_string());
+    let label = rank.map(|r| r.to_string());
     let mut s = Sums::default();
     let samples = text
         .lines()
         .filter_map(sample)
-        .filter(|x| rank.is_none() || x.engine() == rank.as_deref());
+        .filter(|x| label.is_none() || x.engine() == label.as_deref());
     for Sample { name, value: v, .. } in samples {
         let Some(short) = name.strip_prefix("vllm:") else {
             continue;
@@ -252,7 +250,7 @@ pub fn parse_engine(text: &str, rank: Option<u32>) -> Result<EngineSnapshot, Scr
         running: count(s.running),
         waiting: count(s.waiting),
         kv_usage: s.kv_usage.map(|v| v.clamp(0.0, 1.0)),
-        kv_cache_tokens: kv_cache_tokens(text, rank_number),
+        kv_cache_tokens: kv_cache_tokens(text, rank),
         prefix_queries: total(s.queries),
         prefix_hits: total(s.hits),
         prefill_seconds: seconds(s.prefill_sum),

@@ -122,9 +122,8 @@ struct PrefillFit {
 }
 
 impl PrefillFit {
-    /// Adds a window, the older ones weighing `decay` times what they weighed.
-    fn add(&mut self, w: PrefillWindow, decay: f64) {
-        let d = decay;
+    /// Adds a window, the older ones weighing `d` times what they weighed.
+    fn add(&mut self, w: PrefillWindow, d: f64) {
         self.pp = d * self.pp + w.prefills * w.prefills;
         self.pt = d * self.pt + w.prefills * w.tokens;
         self.tt = d * self.tt + w.tokens * w.tokens;

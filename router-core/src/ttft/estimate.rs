@@ -135,9 +135,9 @@ fn kv_full(snapshot: &EngineSnapshot, uncached: f64, block: f64) -> bool {
 /// still open past that is assumed to need [`OVERRUN_TAIL`] of a decode more, or as long again
 /// as it has overrun. A fresh engine snapshot adds the requests the router did not route,
 /// as half-done; if it shows too little free KV cache for the request's uncached prompt
-/// ([`kv_full`]), the pod has only as many slots as the snapshot shows running. The new request then takes the next slot and
-/// prefills after all of them, stalling the requests still decoding then. `scratch` is reused
-/// space for the slot heap.
+/// ([`kv_full`]), the pod has only as many slots as the snapshot shows running. The new
+/// request then takes the next slot and prefills after all of them, stalling the requests
+/// still decoding then. `scratch` is reused space for the slot heap.
 pub(crate) fn estimate(
     pod: &PodModel,
     global: &GlobalModel,
