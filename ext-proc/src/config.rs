@@ -525,7 +525,7 @@ pub fn build(
     let discovery = file.discovery.build()?;
     if !discovery.is_static() && !file.models.is_empty() {
         return Err(ConfigError::Pods(
-            "[models.NAME] sections list pods, but [discovery] source = \"kubernetes\" finds them: remove the sections".into(),
+            "[models.NAME] sections list pods, but [discovery] finds them (source = \"kubernetes\" or \"envoy\"): remove the sections".into(),
         ));
     }
     validate_models(&file.models)?;

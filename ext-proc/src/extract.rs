@@ -1,4 +1,5 @@
-//! Model and prompt from an OpenAI-style JSON request body (AIBrix v0.7.0 spec §3.2). The
+//! Model and prompt from an OpenAI-style JSON request body (AIBrix v0.7.0's
+//! `pkg/plugins/gateway/util.go`). The
 //! rules live in [`kvroute_core::body`] (the core's `json` feature), shared with the C ABI;
 //! this module re-exports them for the service and maps their errors to AIBrix's answers.
 //!

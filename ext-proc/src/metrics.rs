@@ -2,8 +2,8 @@
 //! global.
 //!
 //! Router counters are read from [`kvroute_core::Router::stats`] at scrape time by
-//! [`RouterCollector`], with AIBrix's names, labels and buckets (spec §5.1,
-//! `using_kv_sync="false"`). Per-request service metrics (routing latency, rejections,
+//! [`RouterCollector`], with AIBrix's names, labels and buckets
+//! (`algorithms/prefix_cache.go`, `using_kv_sync="false"`). Per-request service metrics (routing latency, rejections,
 //! ext_proc stream ends and errors, reloads) are live prometheus-client metrics.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,7 +119,7 @@ impl Metrics {
         );
         registry.register(
             "kvroute_ext_proc_stream_ends",
-            "ext_proc streams ended, by how (closed = ended by Envoy or the connection: END_STREAM, RST_STREAM or a lost connection, the normal end of every request; error = kvroute failed it with a non-OK status)",
+            "ext_proc streams ended, by how (closed = ended by Envoy: END_STREAM or RST_STREAM, the normal end of every request; connection_lost = the connection to Envoy went away first, the ticket held until its predicted end; error = kvroute failed it with a non-OK status)",
             m.stream_ends.clone(),
         );
         registry.register(

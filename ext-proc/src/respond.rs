@@ -1,9 +1,10 @@
 //! `ProcessingResponse` builders: the routing decision (header mutation + `envoy.lb`
 //! dynamic metadata), client response headers, and `ImmediateResponse` rejections with
-//! OpenAI-style JSON and AIBrix's marker headers (spec §1.6).
+//! OpenAI-style JSON and AIBrix's marker headers (AIBrix v0.7.0's
+//! `pkg/plugins/gateway/util.go`).
 //!
 //! Every header value goes in `raw_value`: Envoy 1.40 sets a header to the empty string when
-//! the value is in `value` (envoy-extproc.md gotcha 2). Text a client sent (the model name,
+//! the value is in `value` (measured). Text a client sent (the model name,
 //! the request id) goes through [`echoed_value`] first: Envoy rejects a whole header mutation
 //! with one invalid value (CR, LF, NUL), so a raw one would cost the reply its other headers.
 

@@ -11,7 +11,8 @@
 //! Which of these ended a stream cannot be told reliably: after Envoy's RST, tonic usually
 //! drops the reply stream without polling it again, so kvroute sees neither END_STREAM nor an
 //! error. `kvroute_ext_proc_stream_ends_total` therefore counts `how="closed"` (any end
-//! Envoy or the connection caused) and `how="error"` (kvroute failed the stream itself).
+//! Envoy caused), `how="connection_lost"` (the connection to Envoy went away first: the ticket
+//! is detached, not released) and `how="error"` (kvroute failed the stream itself).
 
 use std::pin::Pin;
 use std::sync::Arc;

@@ -1,5 +1,5 @@
 //! Model and prompt from an OpenAI-style JSON request body, read as AIBrix v0.7.0 reads them
-//! (spec §3.2, `pkg/plugins/gateway/util.go`). Needs the `json` feature. Pure: no IO.
+//! (`pkg/plugins/gateway/util.go`). Needs the `json` feature. Pure: no IO.
 //!
 //! One [`extract`] serves every shell; the [`Endpoint`] says which rules apply:
 //! - [`Endpoint::ChatCompletions`] (`/v1/chat/completions`): `messages[i].content` joined by

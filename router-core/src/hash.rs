@@ -1,6 +1,7 @@
 //! Prompt hashing: the chained block hashes that key the prefix index.
 //!
-//! Scheme (AIBrix v0.7.0, spec §3.3–3.4; "v1" in the test vectors' name):
+//! Scheme (AIBrix v0.7.0, `pkg/utils/tokenizer/` and `getPrefixHashes` in
+//! `pkg/utils/prefixcacheindexer/hash.go`; "v1" in the test vectors' name):
 //! - the prompt is a byte string (the "character" tokenizer: UTF-8 bytes);
 //! - it is cut into blocks of `block_size` bytes; a trailing partial block is ignored;
 //! - `h_i = XXH64_S(LE64(parent_i) || block_i)` with `parent_0 = S` and `parent_{i+1} = h_i`,

@@ -1,4 +1,5 @@
-//! The prefix index: block hash → (model, pod) → last write time (spec §3.5–3.6).
+//! The prefix index: block hash → (model, pod) → last write time (AIBrix v0.7.0's
+//! `pkg/utils/prefixcacheindexer/hash.go`).
 //!
 //! - One entry per block hash, holding the `(model, pod)` pairs routed a prompt containing that
 //!   prefix, each with the time it was last written.
@@ -150,8 +151,9 @@ impl PrefixIndex {
     /// For each pod of `pods`, the number of leading blocks of `hashes` it holds for `model`
     /// (contiguous from the first block), written to `out` in the same order.
     ///
-    /// This is AIBrix's walk (spec §3.6): it stops at the first block no remaining pod holds, so
-    /// its cost is bounded by the longest match, not by the prompt. Pods must be distinct.
+    /// This is AIBrix's walk (`seqSearchPrefix`): it stops at the first block no remaining pod
+    /// holds, so its cost is bounded by the longest match, not by the prompt. Pods must be
+    /// distinct.
     pub fn longest_matches(
         &mut self,
         model: ModelId,

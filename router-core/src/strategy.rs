@@ -1,5 +1,5 @@
 //! Strategy names and weighted multi-strategy specs, parsed as AIBrix v0.7.0 parses them
-//! (spec §2.1): comma-separated `name[:weight]`, names case-insensitive and trimmed, integer
+//! (`pkg/plugins/gateway/algorithms/router.go`): comma-separated `name[:weight]`, names case-insensitive and trimmed, integer
 //! weights in `0..=1_000_000` defaulting to 1, weight 0 drops an entry (whatever its name).
 //!
 //! Every strategy name AIBrix v0.7.0 registers is either a [`Strategy`] (same name, same
@@ -24,7 +24,7 @@ pub enum Strategy {
     Random,
     /// The ready pod with the fewest in-flight requests; ties uniformly at random.
     LeastRequest,
-    /// AIBrix's prefix-cache procedure (spec §3.7).
+    /// AIBrix's prefix-cache procedure (`routeOriginal` in `algorithms/prefix_cache.go`).
     PrefixCache,
     /// kvroute's predicted-time-to-first-token minimum (see [`crate::TtftConfig`]).
     LeastTtft,

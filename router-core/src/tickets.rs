@@ -1,4 +1,5 @@
-//! In-flight tickets: one per routed request, released exactly once (spec §4, fixed).
+//! In-flight tickets: one per routed request, released exactly once (AIBrix's counter
+//! in `pkg/cache/pod.go`, without its leaks).
 //!
 //! Tickets are numbered in issue order and the router's clock never goes back, so the map
 //! ordered by ticket is also ordered by issue time: the oldest open ticket is the first key,

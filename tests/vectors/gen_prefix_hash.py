@@ -2,7 +2,7 @@
 """Generates prefix_hash_v1.json: golden block hashes for kvroute's hash scheme V1, computed
 with PyPI's `xxhash` package (python-xxhash, C xxHash underneath), independently of the Rust code.
 
-Scheme V1 (AIBrix v0.7.0 prefix-cache, spec §3.4):
+Scheme V1 (AIBrix v0.7.0 prefix-cache, `getPrefixHashes` in pkg/utils/prefixcacheindexer/hash.go):
   blocks   = complete blocks of `block_size` bytes of the prompt's UTF-8 bytes (partial tail ignored)
   parent_0 = seed
   h_i      = XXH64(seed=seed, data = LE64(parent_i) || block_i);  parent_{i+1} = h_i

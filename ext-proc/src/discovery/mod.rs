@@ -1,5 +1,6 @@
 //! Where the pods come from (`[discovery]`): the configuration file (`static`, the default:
-//! `[models.NAME] pods = [...]`, applied on every reload) or the Kubernetes API
+//! `[models.NAME] pods = [...]`, applied on every reload), Envoy's own upstream cluster
+//! (`envoy`, inside Envoy only: the dynamic module, [`envoy`]), or the Kubernetes API
 //! (`kubernetes`), in one of two modes:
 //!
 //! - **AIBrix** (`mode = "aibrix"`): the pods labelled `model.aibrix.ai/name` in the watched

@@ -1,6 +1,6 @@
 //! One HTTP request's ext_proc exchange: a state machine fed with Envoy's messages, answering
 //! each with exactly one `ProcessingResponse` (or failing the stream with a `Status`, never
-//! ending it with OK: that would let Envoy continue un-routed, gotcha 8), except with
+//! ending it with OK: that would let Envoy continue un-routed), except with
 //! `FULL_DUPLEX_STREAMED` bodies (below).
 //!
 //! Flow with the shipped config (request headers SKIP, request body BUFFERED, response

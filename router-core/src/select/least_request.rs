@@ -1,4 +1,5 @@
-//! `least-request`: the fewest in-flight requests, ties uniformly at random (spec §2.4, §4).
+//! `least-request`: the fewest in-flight requests, ties uniformly at random (AIBrix v0.7.0's
+//! `algorithms/least_request.go`).
 
 use super::Candidate;
 

@@ -1,4 +1,5 @@
-//! `prefix-cache`: AIBrix v0.7.0's procedure (spec §3.7), step for step.
+//! `prefix-cache`: AIBrix v0.7.0's procedure (`routeOriginal` in
+//! `pkg/plugins/gateway/algorithms/prefix_cache.go`), step for step.
 //!
 //! 1. Imbalance guard: if `max − min > abs_count` over the ready pods' loads, only the
 //!    least-loaded pods stay candidates (prefix matching still runs among them).

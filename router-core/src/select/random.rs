@@ -1,4 +1,4 @@
-//! `random`: uniform over the ready pods (spec §2.4).
+//! `random`: uniform over the ready pods (AIBrix v0.7.0's `algorithms/random.go`).
 
 use super::Candidate;
 

@@ -1,5 +1,5 @@
 //! Weighted multi-strategy specs such as `prefix-cache:2,least-request` (AIBrix v0.7.0
-//! `router.go`, spec §2.4).
+//! `router.go`).
 //!
 //! Each strategy scores every candidate ([`Inputs::scores`]): prefix-cache by match % (higher
 //! is better), least-request by in-flight count, least-ttft by its cost (predicted TTFT plus
