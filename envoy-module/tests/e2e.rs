@@ -28,6 +28,7 @@ struct ModuleStack {
 /// its tests, not always its cdylib), once per test binary, with kvroute-sim selected too so that
 /// the build resolves the features `make test`'s other builds do (the root Makefile's
 /// `CARGO_TEST`) and reuses theirs.
+///
 /// `KVROUTE_ENVOY_MODULE_DIR`, when set, names a directory with a module built elsewhere (the
 /// AddressSanitizer build of `make test-module-asan`), used as it is.
 fn module_dir() -> PathBuf {

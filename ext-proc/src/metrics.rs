@@ -3,8 +3,9 @@
 //!
 //! Router counters are read from [`kvroute_core::Router::stats`] at scrape time by
 //! [`RouterCollector`], with AIBrix's names, labels and buckets
-//! (`algorithms/prefix_cache.go`, `using_kv_sync="false"`). Per-request service metrics (routing latency, rejections,
-//! ext_proc stream ends and errors, reloads) are live prometheus-client metrics.
+//! (`algorithms/prefix_cache.go`, `using_kv_sync="false"`). Per-request service metrics
+//! (routing latency, rejections, ext_proc stream ends and errors, reloads) are live
+//! prometheus-client metrics.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! The prompt text of an OpenAI-style request body for the C ABI
 //! (`kvroute_router_route_json()`, `kvroute_extract_prompt()`): kvroute-core's
 //! [`kvroute_core::body`] in its [`Endpoint::ByFields`] mode (no request path: `messages` if
-//! present, else `prompt`, else empty; AIBrix v0.7.0's `pkg/plugins/gateway/util.go`), the same extractor the Envoy
-//! service uses. Every failure is `KVROUTE_STATUS_INVALID_BODY`.
+//! present, else `prompt`, else empty; AIBrix v0.7.0's `pkg/plugins/gateway/util.go`), the
+//! same extractor the Envoy service uses. Every failure is `KVROUTE_STATUS_INVALID_BODY`.
 
 use kvroute_core::body::{self, Endpoint, Extracted};
 

@@ -2,7 +2,8 @@
 //!
 //! A pod has a name (unique), an `ip:port` address, a readiness flag and the models it serves.
 //! Its in-flight count belongs to the pod, not to an object version: updating the address or
-//! readiness keeps it (AIBrix v0.7.0 resets it on every pod update in `pkg/cache`; kvroute does not).
+//! readiness keeps it (AIBrix v0.7.0 resets it on every pod update in `pkg/cache`; kvroute
+//! does not).
 
 use std::sync::Arc;
 

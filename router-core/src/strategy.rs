@@ -1,6 +1,7 @@
 //! Strategy names and weighted multi-strategy specs, parsed as AIBrix v0.7.0 parses them
-//! (`pkg/plugins/gateway/algorithms/router.go`): comma-separated `name[:weight]`, names case-insensitive and trimmed, integer
-//! weights in `0..=1_000_000` defaulting to 1, weight 0 drops an entry (whatever its name).
+//! (`pkg/plugins/gateway/algorithms/router.go`): comma-separated `name[:weight]`, names
+//! case-insensitive and trimmed, integer weights in `0..=1_000_000` defaulting to 1, weight 0
+//! drops an entry (whatever its name).
 //!
 //! Every strategy name AIBrix v0.7.0 registers is either a [`Strategy`] (same name, same
 //! rule: see each variant) or a [`StrategyError::Unsupported`] naming what kvroute lacks for

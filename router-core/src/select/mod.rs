@@ -146,7 +146,8 @@ pub(crate) fn least_scored(scores: &[Option<f64>], rng: &mut fastrand::Rng) -> O
         .map(|(i, _)| i)
 }
 
-/// ⌊matched × 100 / total⌋, 0 for a prompt with no complete block (AIBrix's `seqSearchPrefix`).
+/// ⌊matched × 100 / total⌋, 0 for a prompt with no complete block (as AIBrix's
+/// `seqSearchPrefix`).
 pub(crate) fn match_percent(matched: u32, total: u32) -> u8 {
     if total == 0 {
         0
