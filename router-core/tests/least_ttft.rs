@@ -601,6 +601,51 @@ fn an_answer_from_an_engine_warmed_outside_the_router_prices_untried_pods_warm()
     assert!((0.4..=0.5).contains(&cold), "the probe's guess: {cold}");
 }
 
+/// A prompt the index places on no pod is priced on every pod at the fleet's mean `unrouted`
+/// (how the engines were warmed outside the router), not at each pod's own answers: after one
+/// pod answered warm and the other cold, a new prefix is priced half cached on both and goes
+/// to the less loaded pod. (Priced at each pod's own, it went to the warm-answering pod,
+/// loaded or not, and the index then kept every new prefix there.)
+#[test]
+fn a_prefix_sent_to_no_pod_is_priced_at_the_fleets_unrouted_share() {
+    let (mut r, _) = router_with_pods(2, ttft_config());
+    let mut rng = fastrand::Rng::with_seed(3);
+    let s = salt(&mut rng);
+    let hashing = r.hash_config();
+    let prompt = |family: usize| hashing.hashes(study_prompt(&s, family, 0).as_bytes());
+    let answer = |cached_tokens: u32| kvroute_core::Timings {
+        first_token_ms: Some(200),
+        prompt_tokens: Some(5_000),
+        cached_tokens: Some(cached_tokens),
+        ..Default::default()
+    };
+    let warm = r.route(RouteRequest::new(MODEL, &prompt(0)), t(0)).unwrap();
+    r.first_token(warm.ticket, answer(4_704), t(200)).unwrap();
+    let cold = r
+        .route(RouteRequest::new(MODEL, &prompt(1)), t(300))
+        .unwrap();
+    assert_ne!(cold.pod, warm.pod, "{cold}");
+    r.first_token(cold.ticket, answer(0), t(500)).unwrap();
+    r.complete(cold.ticket, Completion::new(Outcome::Success), t(600))
+        .unwrap();
+    // The warm-answering pod still runs its request; a third family, indexed nowhere.
+    let d = r
+        .route(RouteRequest::new(MODEL, &prompt(2)), t(700))
+        .unwrap();
+    let p = d.prediction;
+    let share = f64::from(p.cached_tokens) / f64::from(p.prompt_tokens);
+    assert!(
+        (0.4..=0.5).contains(&share),
+        "the fleet's mean: {share} ({d})"
+    );
+    assert_eq!(d.pod, cold.pod, "priced alike, the idle pod: {d}");
+    // A prompt the index places on a pod keeps that pod's own answers.
+    let again = r
+        .route(RouteRequest::new(MODEL, &prompt(0)), t(800))
+        .unwrap();
+    assert_eq!(again.pod, warm.pod, "{again}");
+}
+
 /// With token-block keys (a shell that tokenizes as the engine does) the model counts tokens
 /// exactly: the prompt's size is its token count, a match is its blocks × the block size (in
 /// whole engine blocks), and nothing is converted at a bytes-per-token estimate, nor learned.

@@ -199,6 +199,11 @@ struct JobSize {
     answer_tokens: f64,
     /// The `extra` a pod that may be probed is priced at ([`ttft::probe_extra`]).
     probe_extra: f64,
+    /// The `extra` of the part of the prompt no candidate was sent ([`ttft::unrouted_extra`]).
+    unrouted_extra: Option<f64>,
+    /// The most prompt tokens any candidate was sent (its index match, and for the session's
+    /// pod the previous answer), set once the block size in tokens is known.
+    sent_tokens: f64,
 }
 
 impl JobSize {
@@ -214,6 +219,8 @@ impl JobSize {
             },
             max_output_tokens: self.max_output_tokens,
             probe_extra: self.probe_extra,
+            unrouted_extra: self.unrouted_extra,
+            sent_tokens: self.sent_tokens,
         }
     }
 }

@@ -30,7 +30,9 @@ impl Router {
         );
         let session_pod = s.session.map_or(usize::MAX, |i| s.cands[i].pod.index());
         let answer_tokens = self.global.output_tokens.get();
-        let probe_extra = ttft::probe_extra(s.cands.iter().map(|c| &pods[c.pod.index()].model));
+        let models = || s.cands.iter().map(|c| &pods[c.pod.index()].model);
+        let probe_extra = ttft::probe_extra(models());
+        let unrouted_extra = ttft::unrouted_extra(models());
         let size = match req.tokens {
             Some(t) => JobSize {
                 prompt_bytes: 0.0,
@@ -40,6 +42,8 @@ impl Router {
                 session_pod,
                 answer_tokens,
                 probe_extra,
+                unrouted_extra,
+                sent_tokens: 0.0,
             },
             None => {
                 let block = self.hash.block_size() as f64;
@@ -57,9 +61,18 @@ impl Router {
                     session_pod,
                     answer_tokens,
                     probe_extra,
+                    unrouted_extra,
+                    sent_tokens: 0.0,
                 }
             }
         };
+        let mut size = size;
+        size.sent_tokens = s
+            .cands
+            .iter()
+            .map(|c| size.job(c, false))
+            .map(|j| j.matched_tokens + j.session_tokens)
+            .fold(0.0, f64::max);
         let s = &mut self.scratch;
         s.estimates.clear();
         s.costs.clear();

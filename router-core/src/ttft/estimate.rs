@@ -30,6 +30,21 @@ pub(crate) fn probe_extra<'a>(pods: impl Iterator<Item = &'a PodModel>) -> f64 {
     (sum / f64::from(n)).max(UNSAMPLED_EXTRA)
 }
 
+/// The `extra` every pod is priced at for the part of a prompt no candidate was sent: the mean
+/// `unrouted` of the candidates that have one (`None` before any has). Whether an engine holds
+/// prompts the router never sent it says how the fleet was warmed outside the router (a
+/// restart, other routers), which all its engines share; one pod's answers say little about a
+/// prefix no pod was sent. With each pod's own `extra`, the first pod to answer warm would be
+/// priced warm for every new prefix, and the index would then fix each prefix where it was
+/// first sent, whatever the load (sim/README.md, warm-split). The part another candidate was
+/// sent keeps each pod's own `extra`.
+pub(crate) fn unrouted_extra<'a>(pods: impl Iterator<Item = &'a PodModel>) -> Option<f64> {
+    let (n, sum) = pods
+        .filter(|p| p.unrouted.sampled())
+        .fold((0u32, 0.0), |(n, sum), p| (n + 1, sum + p.unrouted.get()));
+    (n > 0).then(|| sum / f64::from(n))
+}
+
 /// The most unseen requests (engine queue minus this router's own) one snapshot can add to an
 /// estimate. The replay is linear in them; beyond a few thousand queued requests the pod is
 /// hopeless anyway, and a corrupt snapshot (`waiting = 4e9`) must not cost seconds per route.
@@ -78,6 +93,12 @@ pub(crate) struct Job {
     pub(crate) max_output_tokens: Option<u32>,
     /// The `extra` the pod is priced at if it may be probed ([`probe_extra`]).
     pub(crate) probe_extra: f64,
+    /// The `extra` the part of the prompt no candidate was sent is priced at on every pod that
+    /// may not be probed ([`unrouted_extra`]); `None`: the pod's own.
+    pub(crate) unrouted_extra: Option<f64>,
+    /// The most of the prompt any candidate was sent, tokens (its `matched_tokens` plus its
+    /// `session_tokens`): beyond it, no pod was.
+    pub(crate) sent_tokens: f64,
 }
 
 /// A decode's predicted length: the expected output tokens, at most the request's limit,
@@ -154,15 +175,20 @@ pub(crate) fn estimate(
     let matched_tokens = (job.matched_tokens + session_tokens).min(job.prompt_tokens);
     let indexed = (matched_tokens / block).floor() * block;
     let reusable = (job.prompt_tokens / block).floor() * block;
-    let extra = if pod.may_probe() {
-        job.probe_extra
+    // What the index does not place here: up to what another candidate was sent at this pod's
+    // own `extra`, the rest (sent to no pod) at the fleet's.
+    let (extra, unsent_extra) = if pod.may_probe() {
+        (job.probe_extra, job.probe_extra)
     } else {
-        pod.extra.get()
+        let own = pod.extra.get();
+        (own, job.unrouted_extra.unwrap_or(own))
     };
+    let sent = ((job.sent_tokens.min(job.prompt_tokens) / block).floor() * block).max(indexed);
     let expected = if job.exact {
         indexed
     } else {
-        (pod.trust.get() * indexed + extra * (job.prompt_tokens - indexed)).min(reusable)
+        let unindexed = extra * (sent - indexed) + unsent_extra * (job.prompt_tokens - sent);
+        (pod.trust.get() * indexed + unindexed).min(reusable)
     };
     let probe = !job.exact && pod.may_probe() && job.prompt_tokens - indexed >= block;
     let uncached = (job.prompt_tokens - expected).max(0.0);
@@ -315,6 +341,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.cached_tokens, 4_704.0);
@@ -336,6 +364,8 @@ mod tests {
             session_tokens: 300.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.indexed_tokens, 3_136.0);
@@ -375,6 +405,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
         assert_eq!(e.queue_ms, 6_350.0, "both slots free at 1,000 + 6,350");
@@ -421,6 +453,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         let queue_behind = |pod: &mut PodModel, limit| {
             pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0, limit)];
@@ -455,6 +489,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         let idle = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(idle.stall_ms, 0.0, "nothing to stall on an idle pod");
@@ -473,6 +509,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         assert_eq!(
             estimate(&pod, &g, &c, cached, t(100), &mut Vec::new()).stall_ms,
@@ -508,6 +546,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         assert!(estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new()).queue_ms > 0.0);
         assert_eq!(
@@ -528,6 +568,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         // A KV cache of 100,000 tokens: the prompt's one engine block (1,568 tokens) fits
         // while 1,568 are free.
@@ -625,6 +667,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         assert_eq!(
             estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms,
@@ -651,6 +695,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         let cached =
             |pod: &PodModel| estimate(pod, &g, &c, job, t(0), &mut Vec::new()).cached_tokens;
@@ -712,6 +758,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: probe_extra([warm].iter()),
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         let e = estimate(&fresh(), &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.cached_tokens, 6_272.0);

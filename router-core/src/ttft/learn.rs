@@ -160,6 +160,8 @@ mod tests {
             session_tokens: 0.0,
             max_output_tokens: None,
             probe_extra: crate::ttft::estimate::UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
         };
         // Nothing is known of the pod yet: half of what the index does not know is assumed
         // cached (whole blocks aside), so that a warm pod gets tried.

@@ -57,6 +57,15 @@
 //!   pod is really cold the probe costs one prefill predicted too short.) Pods whose
 //!   completions come without cached tokens (behind Envoy) are not probed: no single request
 //!   could answer, and engine counters teach `extra_p` there.
+//! - `extra_p` prices only the part of the prompt that another candidate was sent (up to the
+//!   longest index match on any candidate, or the previous answer on a session's pod). The
+//!   part no candidate was sent is priced on every pod at the mean `unrouted_q` of the
+//!   candidates that have one (pods that may be probed keep the probe's price): how the fleet
+//!   was warmed outside the router is shared by its engines, and a pod's own answers say
+//!   little about a prefix no pod was sent. With each pod's own, the first pod to answer warm
+//!   was priced warm for every new prefix, took them all until its queue outweighed a cold
+//!   prefill, and the index then kept each prefix where it was first sent (see
+//!   [`unrouted_extra`]).
 //! - Exploration (`explore_wait_ms`, default 500 ms): when the pod `least-ttft` would pick
 //!   makes the request wait at least that long (for a slot or the prefill queue) and a pod
 //!   that may be probed would start it at once, the request goes there as its probe, whatever
@@ -158,8 +167,8 @@ pub use calibration::{TtftCalibration, TtftErrors};
 pub use config::{TtftConfig, TtftSettingError};
 pub use engine::EngineSnapshot;
 pub(crate) use engine::{EngineRateBase, ObservedEngine, RoutedTotals};
-pub(crate) use estimate::probe_extra;
 pub(crate) use estimate::{commit, estimate, predicted_end, Estimate, Job};
+pub(crate) use estimate::{probe_extra, unrouted_extra};
 pub(crate) use learn::{learn, learn_first_token, TicketContext};
 pub(crate) use learned::{Ewma, Fraction};
 
