@@ -33,7 +33,7 @@ impl Router {
         let models = || s.cands.iter().map(|c| &pods[c.pod.index()].model);
         let probe_extra = ttft::probe_extra(models());
         let unrouted_extra = ttft::unrouted_extra(models());
-        let size = match req.tokens {
+        let mut size = match req.tokens {
             Some(t) => JobSize {
                 prompt_bytes: 0.0,
                 prompt_tokens: f64::from(t.prompt_tokens),
@@ -66,7 +66,6 @@ impl Router {
                 }
             }
         };
-        let mut size = size;
         size.sent_tokens = s
             .cands
             .iter()

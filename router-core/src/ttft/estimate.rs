@@ -764,4 +764,40 @@ mod tests {
         let e = estimate(&fresh(), &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.cached_tokens, 6_272.0);
     }
+
+    #[test]
+    fn what_no_pod_was_sent_is_priced_at_the_fleets_unrouted_share() {
+        let c = cfg(); // engine blocks of 1,568 tokens
+        let g = GlobalModel::new(&c);
+        let mut warm = PodModel::new(&c);
+        warm.learn_reuse(5_000.0, 0.0, 5_000.0, &c); // extra 1, unrouted 1
+        let mut cold = PodModel::new(&c);
+        cold.learn_reuse(0.0, 0.0, 5_000.0, &c); // extra 0, unrouted 0
+        assert_eq!(unrouted_extra([PodModel::new(&c)].iter()), None);
+        let fleet = unrouted_extra([warm.clone(), cold.clone()].iter());
+        assert_eq!(fleet, Some(0.5));
+        let job = |sent_tokens: f64, unrouted_extra: Option<f64>| Job {
+            prompt_tokens: 6_272.0, // 4 engine blocks
+            matched_tokens: 0.0,
+            exact: false,
+            session_tokens: 0.0,
+            max_output_tokens: None,
+            probe_extra: UNSAMPLED_EXTRA,
+            unrouted_extra,
+            sent_tokens,
+        };
+        let cached = |pod: &PodModel, job: Job| {
+            estimate(pod, &g, &c, job, t(0), &mut Vec::new()).cached_tokens
+        };
+        // Sent to no pod: both priced at the fleet's half, whatever their own answers.
+        assert_eq!(cached(&warm, job(0.0, fleet)), 3_136.0);
+        assert_eq!(cached(&cold, job(0.0, fleet)), 3_136.0);
+        // Two blocks were sent to another pod: those at the pod's own `extra`, the rest at
+        // the fleet's (a part of a block sent counts as none).
+        assert_eq!(cached(&warm, job(3_200.0, fleet)), 3_136.0 + 1_568.0);
+        assert_eq!(cached(&cold, job(3_200.0, fleet)), 1_568.0);
+        // No fleet share yet: each pod's own.
+        assert_eq!(cached(&warm, job(0.0, None)), 6_272.0);
+        assert_eq!(cached(&cold, job(0.0, None)), 0.0);
+    }
 }
