@@ -30,9 +30,9 @@ impl Router {
         );
         let session_pod = s.session.map_or(usize::MAX, |i| s.cands[i].pod.index());
         let answer_tokens = self.global.output_tokens.get();
-        let models = || s.cands.iter().map(|c| &pods[c.pod.index()].model);
-        let probe_extra = ttft::probe_extra(models());
-        let unrouted_extra = ttft::unrouted_extra(models());
+        let unrouted_extra =
+            ttft::unrouted_extra(s.cands.iter().map(|c| &pods[c.pod.index()].model));
+        let probe_extra = ttft::probe_extra(unrouted_extra);
         let mut size = match req.tokens {
             Some(t) => JobSize {
                 prompt_bytes: 0.0,

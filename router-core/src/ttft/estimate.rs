@@ -14,20 +14,14 @@ const OVERRUN_TAIL: f64 = 0.4;
 /// engine warm with what the router never sent it (see [`probe_extra`] and the [`super`] docs).
 pub(crate) const UNSAMPLED_EXTRA: f64 = 0.5;
 
-/// The `extra` a pod that may be probed is priced at, given the models of the pods competing
-/// for the request: [`UNSAMPLED_EXTRA`], raised to the mean `unrouted` of the pods that have
-/// one. When the pods that answered reused prompts the router had never sent them, their
+/// The `extra` a pod that may be probed is priced at, given the fleet's mean `unrouted` over
+/// the pods competing for the request ([`unrouted_extra`]): [`UNSAMPLED_EXTRA`], raised to
+/// that mean. When the pods that answered reused prompts the router had never sent them, their
 /// engines were warmed outside it (a restarted router, other routers), and an untried pod
 /// likely was too; cold answers do not lower the guess below the probe's (an untried pod is
 /// still worth trying).
-pub(crate) fn probe_extra<'a>(pods: impl Iterator<Item = &'a PodModel>) -> f64 {
-    let (n, sum) = pods
-        .filter(|p| p.unrouted.sampled())
-        .fold((0u32, 0.0), |(n, sum), p| (n + 1, sum + p.unrouted.get()));
-    if n == 0 {
-        return UNSAMPLED_EXTRA;
-    }
-    (sum / f64::from(n)).max(UNSAMPLED_EXTRA)
+pub(crate) fn probe_extra(fleet_unrouted: Option<f64>) -> f64 {
+    fleet_unrouted.map_or(UNSAMPLED_EXTRA, |mean| mean.max(UNSAMPLED_EXTRA))
 }
 
 /// The `extra` every pod is priced at for the part of a prompt no candidate was sent: the mean
@@ -732,23 +726,35 @@ mod tests {
     fn engines_warm_with_what_the_router_never_sent_raise_the_probes_guess() {
         let c = cfg(); // engine blocks of 1,568 tokens
         let fresh = || PodModel::new(&c);
-        assert_eq!(probe_extra([fresh(), fresh()].iter()), UNSAMPLED_EXTRA);
+        assert_eq!(
+            probe_extra(unrouted_extra([fresh(), fresh()].iter())),
+            UNSAMPLED_EXTRA
+        );
         // A answered a prompt none of which was indexed there from its cache: engines are
         // warmed outside the router, and an untried pod is priced as warm as A's answers.
         let mut warm = fresh();
         warm.learn_reuse(5_000.0, 0.0, 5_000.0, &c);
-        assert_eq!(probe_extra([warm.clone(), fresh()].iter()), 1.0);
+        assert_eq!(
+            probe_extra(unrouted_extra([warm.clone(), fresh()].iter())),
+            1.0
+        );
         // A cold answer of the same kind averages in, but never below the probe's guess.
         let mut cold = fresh();
         cold.learn_reuse(0.0, 0.0, 5_000.0, &c);
-        assert_eq!(probe_extra([warm.clone(), cold.clone()].iter()), 0.5);
-        assert_eq!(probe_extra([cold].iter()), UNSAMPLED_EXTRA);
+        assert_eq!(
+            probe_extra(unrouted_extra([warm.clone(), cold.clone()].iter())),
+            0.5
+        );
+        assert_eq!(probe_extra(unrouted_extra([cold].iter())), UNSAMPLED_EXTRA);
         // Reuse beyond what the index placed on the pod (a conversation's answer) says
         // nothing about the other pods.
         let mut beyond = fresh();
         beyond.learn_reuse(4_000.0, 3_136.0, 2_000.0, &c);
         assert!(beyond.extra.sampled());
-        assert_eq!(probe_extra([beyond].iter()), UNSAMPLED_EXTRA);
+        assert_eq!(
+            probe_extra(unrouted_extra([beyond].iter())),
+            UNSAMPLED_EXTRA
+        );
         // The untried pod's estimate uses the raised guess.
         let g = GlobalModel::new(&c);
         let job = Job {
@@ -757,7 +763,7 @@ mod tests {
             exact: false,
             session_tokens: 0.0,
             max_output_tokens: None,
-            probe_extra: probe_extra([warm].iter()),
+            probe_extra: probe_extra(unrouted_extra([warm].iter())),
             unrouted_extra: None,
             sent_tokens: 0.0,
         };
