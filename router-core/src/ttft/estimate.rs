@@ -319,7 +319,7 @@ pub(crate) fn commit(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{cfg, known_pod, t};
+    use super::super::test_util::{cfg, job_of, known_pod, t};
     use super::super::*;
     use super::*;
 
@@ -328,16 +328,7 @@ mod tests {
         let c = cfg();
         let (pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
         // 5,000-token prompt; the index matched 4,977 tokens' worth: 3 whole blocks = 4,704.
-        let job = Job {
-            prompt_tokens: 5_000.0,
-            matched_tokens: 4_977.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let job = job_of(5_000.0, 4_977.0);
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.cached_tokens, 4_704.0);
         assert_eq!(e.uncached_tokens, 296.0);
@@ -352,14 +343,8 @@ mod tests {
         // The index matched 3,000 of 5,000 tokens; the session adds a 300-token answer: 3,300
         // tokens, 2 whole blocks (3,136) instead of 1 (1,568).
         let job = Job {
-            prompt_tokens: 5_000.0,
-            matched_tokens: 3_000.0,
-            exact: false,
             session_tokens: 300.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
+            ..job_of(5_000.0, 3_000.0)
         };
         let e = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.indexed_tokens, 3_136.0);
@@ -392,16 +377,7 @@ mod tests {
         let open = |n, issued, uncached| OpenRequest::new(Ticket(n), t(issued), uncached, None);
         // Two requests routed at 0: the first prefills 3,000 tokens (1 s), the second none.
         pod.open = vec![open(1, 0, 3_000.0), open(2, 0, 0.0)];
-        let job = Job {
-            prompt_tokens: 3_000.0,
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let job = job_of(3_000.0, 0.0);
         let e = estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new());
         assert_eq!(e.queue_ms, 6_350.0, "both slots free at 1,000 + 6,350");
         assert_eq!(e.ttft_ms, 6_350.0 + 50.0 + 1_000.0);
@@ -440,16 +416,7 @@ mod tests {
         let c = cfg();
         let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
         pod.max_seqs = 1;
-        let job = Job {
-            prompt_tokens: 3_000.0,
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let job = job_of(3_000.0, 0.0);
         let queue_behind = |pod: &mut PodModel, limit| {
             pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0, limit)];
             estimate(pod, &g, &c, job, t(0), &mut Vec::new()).queue_ms
@@ -476,16 +443,7 @@ mod tests {
         // max_seqs 2, prefill 3,000 tokens/s: a 3,000-token prefill lasts 1,000 ms.
         let c = cfg();
         let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
-        let job = Job {
-            prompt_tokens: 3_000.0,
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let job = job_of(3_000.0, 0.0);
         let idle = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(idle.stall_ms, 0.0, "nothing to stall on an idle pod");
         // One request decoding (routed at 0, no prefill left): half the slots are busy when the
@@ -496,16 +454,7 @@ mod tests {
         assert_eq!(busy.stall_ms, 1_000.0);
         assert_eq!(busy.cost_ms(), busy.ttft_ms + 1_000.0);
         // A fully cached prompt stalls nothing, and a zero weight turns the charge off.
-        let cached = Job {
-            prompt_tokens: 3_136.0,
-            matched_tokens: 3_136.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let cached = job_of(3_136.0, 3_136.0);
         assert_eq!(
             estimate(&pod, &g, &c, cached, t(100), &mut Vec::new()).stall_ms,
             0.0
@@ -533,16 +482,7 @@ mod tests {
             at: t(0),
             own_open: 0,
         });
-        let job = Job {
-            prompt_tokens: 100.0,
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let job = job_of(100.0, 0.0);
         assert!(estimate(&pod, &g, &c, job, t(1_000), &mut Vec::new()).queue_ms > 0.0);
         assert_eq!(
             estimate(&pod, &g, &c, job, t(2_001), &mut Vec::new()).queue_ms,
@@ -555,16 +495,7 @@ mod tests {
         let c = cfg(); // max_seqs 2: one request open leaves a slot free
         let (mut pod, g) = (known_pod(&c), GlobalModel::new(&c));
         pod.open = vec![OpenRequest::new(Ticket(1), t(0), 0.0, None)];
-        let job = Job {
-            prompt_tokens: 100.0,
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let job = job_of(100.0, 0.0);
         // A KV cache of 100,000 tokens: the prompt's one engine block (1,568 tokens) fits
         // while 1,568 are free.
         const KV: Option<u64> = Some(100_000);
@@ -654,16 +585,7 @@ mod tests {
         );
         // One completes: a slot is free, with no phantom request left in its place.
         pod.forget_ticket(Ticket(1));
-        let job = Job {
-            prompt_tokens: 100.0,
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let job = job_of(100.0, 0.0);
         assert_eq!(
             estimate(&pod, &g, &c, job, t(10), &mut Vec::new()).queue_ms,
             0.0
@@ -682,16 +604,7 @@ mod tests {
     fn an_unknown_pod_is_probed_one_request_at_a_time() {
         let c = cfg();
         let (mut pod, g) = (PodModel::new(&c), GlobalModel::new(&c));
-        let job = Job {
-            prompt_tokens: 5_000.0,
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let job = job_of(5_000.0, 0.0);
         let cached =
             |pod: &PodModel| estimate(pod, &g, &c, job, t(0), &mut Vec::new()).cached_tokens;
         assert_eq!(cached(&pod), 2_500.0, "nothing known: half assumed cached");
@@ -758,14 +671,8 @@ mod tests {
         // The untried pod's estimate uses the raised guess.
         let g = GlobalModel::new(&c);
         let job = Job {
-            prompt_tokens: 6_272.0, // 4 engine blocks
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
             probe_extra: probe_extra(unrouted_extra([warm].iter())),
-            unrouted_extra: None,
-            sent_tokens: 0.0,
+            ..job_of(6_272.0, 0.0) // 4 engine blocks
         };
         let e = estimate(&fresh(), &g, &c, job, t(0), &mut Vec::new());
         assert_eq!(e.cached_tokens, 6_272.0);
@@ -783,14 +690,9 @@ mod tests {
         let fleet = unrouted_extra([warm.clone(), cold.clone()].iter());
         assert_eq!(fleet, Some(0.5));
         let job = |sent_tokens: f64, unrouted_extra: Option<f64>| Job {
-            prompt_tokens: 6_272.0, // 4 engine blocks
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: UNSAMPLED_EXTRA,
             unrouted_extra,
             sent_tokens,
+            ..job_of(6_272.0, 0.0) // 4 engine blocks
         };
         let cached = |pod: &PodModel, job: Job| {
             estimate(pod, &g, &c, job, t(0), &mut Vec::new()).cached_tokens

@@ -145,7 +145,7 @@ fn learn_prefill(
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_util::{cfg, known_pod, t};
+    use super::super::test_util::{cfg, job_of, known_pod, t};
     use super::super::*;
     use super::*;
 
@@ -153,16 +153,7 @@ mod tests {
     fn completions_teach_how_far_the_index_is_from_the_engine() {
         let c = cfg();
         let (mut pod, mut g) = (PodModel::new(&c), GlobalModel::new(&c));
-        let job = Job {
-            prompt_tokens: 5_000.0,
-            matched_tokens: 0.0,
-            exact: false,
-            session_tokens: 0.0,
-            max_output_tokens: None,
-            probe_extra: crate::ttft::estimate::UNSAMPLED_EXTRA,
-            unrouted_extra: None,
-            sent_tokens: 0.0,
-        };
+        let job = job_of(5_000.0, 0.0);
         // Nothing is known of the pod yet: half of what the index does not know is assumed
         // cached (whole blocks aside), so that a warm pod gets tried.
         let unknown = estimate(&pod, &g, &c, job, t(0), &mut Vec::new());

@@ -426,4 +426,19 @@ pub(crate) mod test_util {
         pod.extra.learn(0.0, c);
         pod
     }
+
+    /// A request of `prompt_tokens` whose first `matched_tokens` the router-side index holds on
+    /// the pod: no session, no output limit, the probe's default guess, nothing sent elsewhere.
+    pub(crate) fn job_of(prompt_tokens: f64, matched_tokens: f64) -> estimate::Job {
+        estimate::Job {
+            prompt_tokens,
+            matched_tokens,
+            exact: false,
+            session_tokens: 0.0,
+            max_output_tokens: None,
+            probe_extra: estimate::UNSAMPLED_EXTRA,
+            unrouted_extra: None,
+            sent_tokens: 0.0,
+        }
+    }
 }
